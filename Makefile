@@ -1,0 +1,42 @@
+# PGXS build of the idempotency extension.
+#
+# The version lives in idempotency.control; the install script is assembled
+# from sql/install/*.sql (one file per responsibility, applied in name order).
+# pg_regress tests are sql/*.sql with expected/*.out, isolation specs are
+# test/specs/*.spec with test/expected/*.out; both are globbed, so adding a
+# test is adding its files.
+
+EXTENSION = idempotency
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+
+MODULE_big = $(EXTENSION)
+OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+
+DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
+INSTALL_SQL = $(sort $(wildcard sql/install/*.sql))
+
+REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out sql/$(EXTENSION)--%,$(wildcard sql/*.sql))))
+REGRESS_OPTS = --load-extension=$(EXTENSION)
+
+ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
+ISOLATION_OPTS = --load-extension=$(EXTENSION) --inputdir=test
+
+EXTRA_CLEAN = sql/$(EXTENSION)--*.sql results output_iso regression.* tmp_check
+
+PG_CONFIG ?= pg_config
+PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
+
+# Set WERROR=1 (the test command does) to make every warning fatal.
+ifeq ($(WERROR),1)
+PG_CFLAGS += -Werror
+endif
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+sql/$(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_SQL) $(EXTENSION).control
+	{ echo '-- idempotency $(EXTVERSION): generated from sql/install/*.sql by make; do not edit'; \
+	  printf '%s\n' '\echo Use "CREATE EXTENSION $(EXTENSION)" to load this file. \quit'; \
+	  for f in $(INSTALL_SQL); do echo; echo "-- $$f"; cat $$f; done; } > $@
+
+.PHONY: installcheck-regress installcheck-isolation

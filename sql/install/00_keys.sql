@@ -1,0 +1,79 @@
+-- Key storage and the key lifecycle: reserve, complete, release, checkpoint,
+-- lookup.  The functions are C and run inside the caller's transaction.
+
+CREATE TABLE @extschema@.idem_keys (
+	scope			text		NOT NULL,
+	operation		text		NOT NULL,
+	key				text		NOT NULL,
+	request_hash	bytea,
+	status			text		NOT NULL
+		CONSTRAINT idem_keys_status_check
+		CHECK (status IN ('processing', 'completed', 'stuck')),
+	response_status	integer,
+	response		jsonb,
+	resource_id		text,
+	recovery_point	text,
+	created_at		timestamptz	NOT NULL DEFAULT pg_catalog.now(),
+	updated_at		timestamptz	NOT NULL DEFAULT pg_catalog.now(),
+	expires_at		timestamptz	NOT NULL,
+	CONSTRAINT idem_keys_pkey PRIMARY KEY (scope, operation, key)
+) WITH (fillfactor = 90);
+
+COMMENT ON TABLE @extschema@.idem_keys IS
+	'idempotency records: one row per (scope, operation, key)';
+
+-- Keep the records in pg_dump output: they are user data, not extension code.
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_keys', '');
+
+CREATE FUNCTION @extschema@.idem_reserve(
+	operation text,
+	key text,
+	request jsonb DEFAULT NULL,
+	scope text DEFAULT '',
+	ttl interval DEFAULT NULL,
+	OUT outcome text,
+	OUT http_status integer,
+	OUT response_status integer,
+	OUT response jsonb,
+	OUT resource_id text,
+	OUT recovery_point text,
+	OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_reserve'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_complete(
+	operation text,
+	key text,
+	response jsonb DEFAULT NULL,
+	response_status integer DEFAULT 200,
+	resource_id text DEFAULT NULL,
+	scope text DEFAULT '')
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_release(
+	operation text,
+	key text,
+	scope text DEFAULT '')
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_checkpoint(
+	operation text,
+	key text,
+	recovery_point text,
+	scope text DEFAULT '')
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_checkpoint'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_lookup(
+	operation text,
+	key text,
+	scope text DEFAULT '')
+RETURNS SETOF @extschema@.idem_keys
+AS 'MODULE_PATHNAME', 'idem_lookup'
+LANGUAGE C STABLE PARALLEL SAFE ROWS 1;

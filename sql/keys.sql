@@ -1,0 +1,129 @@
+-- The key lifecycle: every outcome of idem_reserve, complete, release,
+-- checkpoint, lookup, scope isolation, expiry and replay of a final failure.
+\pset null '(null)'
+SET idempotency.processing_timeout = '5min';
+
+-- A fresh key is new; the caller owns it in this transaction
+BEGIN;
+SELECT outcome, http_status, response_status, response, resource_id,
+       recovery_point, expires_at - now() AS ttl
+FROM idem_reserve('create-payment', 'k1', '{"amount": 100, "currency": "BRL"}');
+-- Reserving again in the same transaction: in_progress, not a second owner
+SELECT outcome, http_status FROM idem_reserve('create-payment', 'k1', '{"amount": 100, "currency": "BRL"}');
+SELECT idem_complete('create-payment', 'k1', '{"id": "pay_1", "status": "paid"}', 201, 'pay_1');
+COMMIT;
+
+-- Retry with the same request: replay of the stored response, nothing else
+SELECT outcome, http_status, response_status, response, resource_id, recovery_point
+FROM idem_reserve('create-payment', 'k1', '{"amount": 100, "currency": "BRL"}');
+-- Key order and whitespace do not change the fingerprint
+SELECT outcome FROM idem_reserve('create-payment', 'k1', '{"currency":"BRL",   "amount":100}');
+-- Same key, another amount: mismatch, and the stored response is not shown
+SELECT outcome, http_status, response_status, response, resource_id
+FROM idem_reserve('create-payment', 'k1', '{"amount": 250, "currency": "BRL"}');
+-- A request body where none was given before is a different fingerprint too
+SELECT outcome, http_status FROM idem_reserve('create-payment', 'k1');
+SELECT scope, operation, key, status, response_status, response, resource_id,
+       length(request_hash) AS hash_len, expires_at - created_at AS ttl
+FROM idem_lookup('create-payment', 'k1');
+
+-- No request at all: NULL fingerprint, IS NOT DISTINCT FROM NULL
+SELECT outcome FROM idem_reserve('ping', 'n1');
+SELECT idem_complete('ping', 'n1');
+SELECT outcome, http_status, response FROM idem_reserve('ping', 'n1');
+SELECT outcome, http_status FROM idem_reserve('ping', 'n1', '{}');
+
+-- A final business failure (declined card) is completed and replayed like a success
+SELECT outcome FROM idem_reserve('create-payment', 'declined', '{"amount": 1}');
+SELECT idem_complete('create-payment', 'declined', '{"error": "card_declined"}', 402);
+SELECT outcome, http_status, response_status, response
+FROM idem_reserve('create-payment', 'declined', '{"amount": 1}');
+
+-- Scopes never see each other's records
+SELECT outcome FROM idem_reserve('create-payment', 'k1', '{"amount": 999}', scope => 'account-2');
+SELECT scope, status FROM idem_lookup('create-payment', 'k1', 'account-2');
+SELECT outcome FROM idem_reserve('create-payment', 'k1', '{"amount": 100, "currency": "BRL"}', scope => 'account-3');
+SELECT count(*) FROM idem_keys WHERE key = 'k1';
+-- Operations are separate namespaces too
+SELECT outcome FROM idem_reserve('refund', 'k1', '{"amount": 100, "currency": "BRL"}');
+
+-- A committed processing record: in_progress while young, stuck when old
+SELECT outcome, http_status FROM idem_reserve('create-payment', 'k1', '{"amount": 999}', scope => 'account-2');
+UPDATE idem_keys SET updated_at = now() - interval '6 minutes'
+WHERE scope = 'account-2' AND key = 'k1';
+SELECT outcome, http_status, recovery_point FROM idem_reserve('create-payment', 'k1', '{"amount": 999}', scope => 'account-2');
+-- The timeout is a user setting
+SET idempotency.processing_timeout = '10min';
+SELECT outcome FROM idem_reserve('create-payment', 'k1', '{"amount": 999}', scope => 'account-2');
+RESET idempotency.processing_timeout;
+-- A checkpoint is a heartbeat and records the recovery point
+SELECT idem_checkpoint('create-payment', 'k1', 'gateway-charged:ch_42', 'account-2');
+SELECT outcome, http_status, recovery_point FROM idem_reserve('create-payment', 'k1', '{"amount": 999}', scope => 'account-2');
+-- A record flagged stuck stays stuck until a checkpoint, completion or release
+UPDATE idem_keys SET status = 'stuck' WHERE scope = 'account-2' AND key = 'k1';
+SELECT outcome, http_status, recovery_point FROM idem_reserve('create-payment', 'k1', '{"amount": 999}', scope => 'account-2');
+SELECT idem_checkpoint('create-payment', 'k1', 'gateway-charged:ch_42;verified', 'account-2');
+SELECT status, recovery_point FROM idem_lookup('create-payment', 'k1', 'account-2');
+UPDATE idem_keys SET status = 'stuck' WHERE scope = 'account-2' AND key = 'k1';
+-- Completing a stuck record (reconciliation found the charge)
+SELECT idem_complete('create-payment', 'k1', '{"id": "ch_42"}', 201, 'ch_42', 'account-2');
+SELECT outcome, http_status, response, resource_id, recovery_point
+FROM idem_reserve('create-payment', 'k1', '{"amount": 999}', scope => 'account-2');
+
+-- Release: a retryable failure frees the key, and a retry runs again
+SELECT outcome FROM idem_reserve('create-payment', 'r1', '{"amount": 5}');
+SELECT idem_release('create-payment', 'r1');
+SELECT idem_release('create-payment', 'r1');
+SELECT count(*) FROM idem_lookup('create-payment', 'r1');
+SELECT outcome FROM idem_reserve('create-payment', 'r1', '{"amount": 5}');
+-- Release inside a rolled-back transaction keeps the record
+BEGIN;
+SELECT idem_release('create-payment', 'r1');
+ROLLBACK;
+SELECT status FROM idem_lookup('create-payment', 'r1');
+
+-- Expiry: a completed record past expires_at is gone, even before the sweeper
+SELECT outcome, expires_at - now() AS ttl
+FROM idem_reserve('create-payment', 'e1', '{"amount": 7}', ttl => '1 hour');
+SELECT idem_complete('create-payment', 'e1', '{"id": "pay_e1"}', 201, 'pay_e1');
+UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE key = 'e1';
+SELECT count(*) FROM idem_lookup('create-payment', 'e1');
+SELECT count(*) FROM idem_keys WHERE key = 'e1';
+-- Expired records match no fingerprint either: the retry runs again
+SELECT outcome, http_status, response, expires_at - now() AS ttl
+FROM idem_reserve('create-payment', 'e1', '{"amount": 8}');
+SELECT status, response, resource_id, recovery_point FROM idem_lookup('create-payment', 'e1');
+SELECT count(*) FROM idem_keys WHERE key = 'e1';
+SELECT idem_complete('create-payment', 'e1', '{"id": "pay_e1b"}', 201);
+-- Finishing an expired record is finishing an unknown key
+UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE key = 'e1';
+SELECT idem_complete('create-payment', 'e1', '{}');
+SELECT idem_release('create-payment', 'e1');
+-- processing records never expire: no new owner while the first may still run
+SELECT outcome FROM idem_reserve('create-payment', 'p1', '{"amount": 9}', ttl => '1 hour');
+UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE key = 'p1';
+SELECT outcome, http_status FROM idem_reserve('create-payment', 'p1', '{"amount": 9}');
+SELECT count(*) FROM idem_lookup('create-payment', 'p1');
+-- A real tiny ttl
+SELECT outcome FROM idem_reserve('tiny', 't1', ttl => '10 milliseconds');
+SELECT idem_complete('tiny', 't1');
+SELECT pg_sleep(0.05);
+SELECT outcome FROM idem_reserve('tiny', 't1');
+-- default_ttl applies when ttl is NULL
+SET idempotency.default_ttl = '7d';
+SELECT outcome, expires_at - now() AS ttl FROM idem_reserve('tiny', 't2');
+RESET idempotency.default_ttl;
+SHOW idempotency.default_ttl;
+SHOW idempotency.processing_timeout;
+
+-- Errors for finishing keys
+SELECT idem_complete('create-payment', 'nope', '{}');
+SELECT idem_checkpoint('create-payment', 'nope', 'x');
+SELECT idem_complete('create-payment', 'k1', '{}');
+SELECT idem_release('create-payment', 'k1');
+SELECT idem_checkpoint('create-payment', 'k1', 'x');
+SELECT idem_complete('create-payment', 'r1', '{}', NULL);
+SELECT idem_complete('create-payment', 'r1', '{}', 99);
+SELECT idem_complete('create-payment', 'r1', '{}', 600);
+-- ... and the record is untouched by those errors
+SELECT status, response FROM idem_lookup('create-payment', 'r1');

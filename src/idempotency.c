@@ -1,0 +1,65 @@
+/*-------------------------------------------------------------------------
+ *
+ * idempotency.c
+ *	  Module entry point and the user-level settings.
+ *
+ * _PG_init defines the settings every backend needs and lets each part
+ * register what it owns (shared memory, the background worker).  Parts that
+ * need shared_preload_libraries check process_shared_preload_libraries_in_progress
+ * themselves; everything else works when the library is loaded on demand.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "fmgr.h"
+#include "utils/guc.h"
+
+#include "idempotency.h"
+
+PG_MODULE_MAGIC;
+
+/* idempotency.default_ttl, in seconds */
+int			idem_default_ttl_s = 24 * 60 * 60;
+
+/* idempotency.processing_timeout, in milliseconds */
+int			idem_processing_timeout_ms = 5 * 60 * 1000;
+
+void		_PG_init(void);
+
+/* Define settings and register the parts of the module */
+void
+_PG_init(void)
+{
+	DefineCustomIntVariable("idempotency.default_ttl",
+							"How long a completed key is kept when idem_reserve gets no ttl.",
+							"After it, a retry with the same key runs again.",
+							&idem_default_ttl_s,
+							24 * 60 * 60,
+							1,
+							INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.processing_timeout",
+							"Age after which an uncompleted reservation is reported as stuck.",
+							"The age counts from the reservation or the last idem_checkpoint.",
+							&idem_processing_timeout_ms,
+							5 * 60 * 1000,
+							1,
+							INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	IdemStatsInit();
+
+#if PG_VERSION_NUM >= 150000
+	MarkGUCPrefixReserved("idempotency");
+#else
+	EmitWarningsOnPlaceholders("idempotency");
+#endif
+}

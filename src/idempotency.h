@@ -1,0 +1,110 @@
+/*-------------------------------------------------------------------------
+ *
+ * idempotency.h
+ *	  Declarations shared by the parts of the idempotency extension.
+ *
+ * Each part owns one .c file:
+ *	  idempotency.c	module entry (_PG_init) and the user-level settings
+ *	  keys.c		the key lifecycle: reserve, complete, release,
+ *					checkpoint, lookup, and the per-key lock
+ *	  canonical.c	RFC 8785 canonical JSON and the SHA-256 fingerprint
+ *	  stats.c		shared-memory statistics
+ *	  worker.c		background worker: expiry, stuck detection,
+ *					reconciliation
+ *	  patterns.c	idem_call and idem_consume
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEMPOTENCY_H
+#define IDEMPOTENCY_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "utils/jsonb.h"
+
+/* Limits on identifiers, checked with SQLSTATE 22023 */
+#define IDEM_MAX_KEY_LEN		255
+#define IDEM_MAX_OPERATION_LEN	63
+#define IDEM_MAX_SCOPE_LEN		255
+
+/* SHA-256 digest length of a request fingerprint */
+#define IDEM_HASH_LEN			32
+
+/*
+ * SQLSTATEs of our own (class "ID").  Documented in the README; the values
+ * are part of the public contract and never change meaning.
+ */
+#define ERRCODE_IDEM_KEY_NOT_FOUND		MAKE_SQLSTATE('I','D','0','0','1')
+#define ERRCODE_IDEM_KEY_COMPLETED		MAKE_SQLSTATE('I','D','0','0','2')
+#define ERRCODE_IDEM_IN_PROGRESS		MAKE_SQLSTATE('I','D','0','0','3')
+#define ERRCODE_IDEM_MISMATCH			MAKE_SQLSTATE('I','D','0','0','4')
+#define ERRCODE_IDEM_STUCK				MAKE_SQLSTATE('I','D','0','0','5')
+
+/* Outcomes of a reservation, in the order of the contract's table */
+typedef enum IdemOutcome
+{
+	IDEM_NEW,
+	IDEM_REPLAY,
+	IDEM_IN_PROGRESS,
+	IDEM_MISMATCH,
+	IDEM_STUCK
+} IdemOutcome;
+
+/* What idem_reserve found or created; pointers are palloc'd in the caller's context */
+typedef struct IdemReservation
+{
+	IdemOutcome outcome;
+	bool		has_response_status;
+	int32		response_status;
+	Jsonb	   *response;		/* NULL when SQL NULL */
+	text	   *resource_id;	/* NULL when SQL NULL */
+	text	   *recovery_point; /* NULL when SQL NULL */
+	bool		has_expires_at;
+	TimestampTz expires_at;
+} IdemReservation;
+
+/* Settings (idempotency.c) */
+extern int	idem_default_ttl_s;
+extern int	idem_processing_timeout_ms;
+
+/* keys.c: the C API the SQL functions, the worker and the patterns share */
+extern const char *IdemOutcomeName(IdemOutcome outcome);
+extern int	IdemOutcomeHttpStatus(const IdemReservation *r);
+extern void IdemCheckOperation(text *operation);
+extern void IdemCheckKey(text *key);
+extern void IdemCheckScope(text *scope);
+extern void IdemReserve(Oid nspid, text *scope, text *operation, text *key,
+						Jsonb *request, Interval *ttl, IdemReservation *result);
+extern void IdemComplete(Oid nspid, text *scope, text *operation, text *key,
+						 Jsonb *response, int32 response_status,
+						 text *resource_id);
+extern bool IdemRelease(Oid nspid, text *scope, text *operation, text *key);
+extern Oid	IdemFunctionNamespace(FunctionCallInfo fcinfo);
+
+/* canonical.c */
+extern bytea *IdemHashJsonb(Jsonb *jb);
+
+/* stats.c: counters per (database, operation) */
+typedef enum IdemCounter
+{
+	IDEM_STAT_RESERVES,
+	IDEM_STAT_NEW,
+	IDEM_STAT_REPLAYS,
+	IDEM_STAT_IN_PROGRESS,
+	IDEM_STAT_MISMATCHES,
+	IDEM_STAT_STUCK,
+	IDEM_STAT_COMPLETES,
+	IDEM_STAT_RELEASES,
+	IDEM_STAT_CONSUMED,
+	IDEM_STAT_DUPLICATES,
+	IDEM_STAT_EXPIRED,
+	IDEM_STAT_FLAGGED_STUCK,
+	IDEM_NUM_COUNTERS
+} IdemCounter;
+
+extern void IdemStatsInit(void);
+extern void IdemStatsCount(const char *operation, int operation_len,
+						   IdemCounter counter, int64 n);
+
+#endif							/* IDEMPOTENCY_H */

@@ -1,0 +1,127 @@
+# Shared set-up for the demo, the test suite and the benchmarks.
+#
+# Sourced by test/run.sh, test/demo.sh and bench/run.sh.  On a fresh Debian 12
+# machine (as root, or a user with sudo) it installs what is missing with
+# apt-get, builds the extension with -Werror, installs it, and runs a
+# throwaway cluster as a non-root user on a unix socket in a temp directory.
+# PostgreSQL refuses to run as root: as root the server and every test client
+# run as the "postgres" user that Debian's packages create.
+
+set -euo pipefail
+
+IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PGVER=${PGVER:-15}
+PGBIN=/usr/lib/postgresql/$PGVER/bin
+PG_CONFIG=$PGBIN/pg_config
+PGXS_TEST=/usr/lib/postgresql/$PGVER/lib/pgxs/src/test
+
+# Packages every command needs; callers may add their own before idem_setup.
+IDEM_PACKAGES=(make gcc libc6-dev rsync procps
+	"postgresql-$PGVER" "postgresql-server-dev-$PGVER" "postgresql-contrib")
+
+# Run a command as root (directly, or through sudo)
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Install the Debian packages that are not installed yet
+idem_install_packages() {
+	local missing=() p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' ||
+			missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	echo "== installing: ${missing[*]}"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Build with every warning fatal and install into the server's directories
+idem_build_install() {
+	echo "== building and installing idempotency"
+	make -C "$IDEM_ROOT" -s PG_CONFIG="$PG_CONFIG" WERROR=1 clean >/dev/null
+	make -C "$IDEM_ROOT" -s PG_CONFIG="$PG_CONFIG" WERROR=1
+	as_root make -C "$IDEM_ROOT" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
+}
+
+# The OS user that runs the server and the clients
+idem_test_user() {
+	if [ "$(id -u)" = 0 ]; then echo postgres; else id -un; fi
+}
+
+# Run a command as the test user, with the cluster's environment
+as_test_user() {
+	if [ "$(id -u)" = 0 ]; then
+		runuser -u postgres -- env HOME="$IDEM_WORK" PATH="$PGBIN:$PATH" \
+			PGHOST="$PGHOST" PGPORT="$PGPORT" PGDATABASE="${PGDATABASE:-postgres}" \
+			IDEM_WORK="$IDEM_WORK" IDEM_SRC="$IDEM_SRC" PGBIN="$PGBIN" PGVER="$PGVER" \
+			PGXS_TEST="$PGXS_TEST" "$@"
+	else
+		env PATH="$PGBIN:$PATH" PGDATABASE="${PGDATABASE:-postgres}" "$@"
+	fi
+}
+
+# Make a temp work area holding a copy of the tree the test user can write to
+idem_make_work() {
+	IDEM_WORK=$(mktemp -d /tmp/idempotency.XXXXXX)
+	chmod 755 "$IDEM_WORK"
+	IDEM_SRC=$IDEM_WORK/src
+	rsync -a --exclude .git --exclude '*.o' --exclude '*.so' "$IDEM_ROOT/" "$IDEM_SRC/"
+	mkdir -p "$IDEM_WORK/sock"
+	chmod 700 "$IDEM_WORK/sock"
+	if [ "$(id -u)" = 0 ]; then chown -R postgres: "$IDEM_WORK"; fi
+	export IDEM_WORK IDEM_SRC
+	export PGHOST=$IDEM_WORK/sock
+	export PGPORT=${PGPORT:-55432}
+	trap idem_cleanup EXIT
+}
+
+# Start the throwaway cluster; extra postgresql.conf lines come as arguments
+idem_start_cluster() {
+	local line
+	as_test_user "$PGBIN/initdb" -D "$IDEM_WORK/data" --auth=trust \
+		--encoding=UTF8 --locale=C >"$IDEM_WORK/initdb.log" 2>&1 ||
+		{ cat "$IDEM_WORK/initdb.log"; return 1; }
+	{
+		echo "listen_addresses = ''"
+		echo "unix_socket_directories = '$IDEM_WORK/sock'"
+		echo "port = $PGPORT"
+		echo "shared_preload_libraries = 'idempotency'"
+		echo "max_connections = 100"
+		echo "log_line_prefix = '%m [%p] %b '"
+		for line in "$@"; do echo "$line"; done
+	} | as_test_user tee -a "$IDEM_WORK/data/postgresql.conf" >/dev/null
+	as_test_user "$PGBIN/pg_ctl" -D "$IDEM_WORK/data" -l "$IDEM_WORK/server.log" \
+		-w -t 60 start >/dev/null
+}
+
+# Stop the cluster and remove the work area (the EXIT trap)
+idem_cleanup() {
+	local rc=$?
+	if [ -n "${IDEM_WORK:-}" ] && [ -d "$IDEM_WORK" ]; then
+		if [ -f "$IDEM_WORK/data/postmaster.pid" ]; then
+			as_test_user "$PGBIN/pg_ctl" -D "$IDEM_WORK/data" -m immediate -w stop \
+				>/dev/null 2>&1 || true
+		fi
+		if [ "${IDEM_KEEP:-0}" = 1 ]; then
+			echo "== kept $IDEM_WORK"
+		else
+			rm -rf "$IDEM_WORK"
+		fi
+	fi
+	exit $rc
+}
+
+# Everything up to a running cluster: packages, build, install, cluster
+idem_setup() {
+	# One run at a time per machine: each installs into the server's directories
+	exec 9>>/tmp/idempotency-run.lock
+	chmod 666 /tmp/idempotency-run.lock 2>/dev/null || true
+	flock 9
+	idem_install_packages "${IDEM_PACKAGES[@]}"
+	idem_build_install
+	idem_make_work
+	idem_start_cluster "$@"
+}
