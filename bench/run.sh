@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# All benchmarks, side by side in one run: `bash bench/run.sh`.
+#
+# Same set-up as the test suite (packages, -Werror build, install, throwaway
+# cluster as a non-root user), but with fsync on.  Then every bench/suites/*.sh
+# is sourced in name order; each prints a Markdown table of TPS or rows/s and
+# the ratios its issue names.  Not a timed test: numbers vary by machine.
+#
+# Environment: BENCH_SECONDS (per pgbench run, default 15), BENCH_CLIENTS
+# (default 4), BENCH_ONLY=glob to run some suites only.
+
+source "$(dirname "$0")/../test/lib.sh"
+source "$IDEM_ROOT/bench/lib.sh"
+
+idem_setup "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" \
+	"shared_buffers = '1GB'" "autovacuum_naptime = '10s'"
+
+echo "# idempotency benchmarks"
+echo
+echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), $(nproc) cores," \
+	"$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
+	"pgbench -c $BENCH_CLIENTS -j $BENCH_JOBS -T $BENCH_SECONDS per run."
+for suite in "$IDEM_SRC"/bench/suites/${BENCH_ONLY:-*}.sh; do
+	[ -e "$suite" ] || continue
+	echo
+	source "$suite"
+done
