@@ -74,11 +74,19 @@ extern int	IdemOutcomeHttpStatus(const IdemReservation *r);
 extern void IdemCheckOperation(text *operation);
 extern void IdemCheckKey(text *key);
 extern void IdemCheckScope(text *scope);
+
+/*
+ * IdemReserve: with wait, a key held by another open transaction is waited
+ * for instead of answering in_progress at once.  With count_stats, the
+ * reservation is counted in idem_stats as reserves and its outcome; callers
+ * that count under other names (idem_consume) pass false.
+ */
 extern void IdemReserve(Oid nspid, text *scope, text *operation, text *key,
-						Jsonb *request, Interval *ttl, IdemReservation *result);
+						Jsonb *request, Interval *ttl, bool wait,
+						bool count_stats, IdemReservation *result);
 extern void IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 						 Jsonb *response, int32 response_status,
-						 text *resource_id);
+						 text *resource_id, bool count_stats);
 extern bool IdemRelease(Oid nspid, text *scope, text *operation, text *key);
 extern Oid	IdemFunctionNamespace(FunctionCallInfo fcinfo);
 

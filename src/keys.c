@@ -583,7 +583,8 @@ ExpiryTime(TimestampTz now, Interval *ttl)
  */
 void
 IdemReserve(Oid nspid, text *scope, text *operation, text *key,
-			Jsonb *request, Interval *ttl, IdemReservation *result)
+			Jsonb *request, Interval *ttl, bool wait, bool count_stats,
+			IdemReservation *result)
 {
 	IdemCatalog *cat = GetCatalog(nspid);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -596,7 +597,7 @@ IdemReserve(Oid nspid, text *scope, text *operation, text *key,
 	memset(result, 0, sizeof(*result));
 	CheckReadable(cat->relid);
 
-	if (!LockKey(scope, operation, key, false))
+	if (!LockKey(scope, operation, key, wait))
 	{
 		SnapshotData dirty;
 
@@ -670,10 +671,13 @@ IdemReserve(Oid nspid, text *scope, text *operation, text *key,
 	UnregisterSnapshot(snapshot);
 
 done:
-	IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
-				   IDEM_STAT_RESERVES, 1);
-	IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
-				   OutcomeCounter(result->outcome), 1);
+	if (count_stats)
+	{
+		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
+					   IDEM_STAT_RESERVES, 1);
+		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
+					   OutcomeCounter(result->outcome), 1);
+	}
 }
 
 /*
@@ -724,7 +728,8 @@ ReportNotFound(text *scope, text *operation, text *key, const char *action)
 /* Move a processing or stuck record to completed with its result */
 void
 IdemComplete(Oid nspid, text *scope, text *operation, text *key,
-			 Jsonb *response, int32 response_status, text *resource_id)
+			 Jsonb *response, int32 response_status, text *resource_id,
+			 bool count_stats)
 {
 	IdemCatalog *cat = GetCatalog(nspid);
 	IdemRecord	rec;
@@ -748,7 +753,8 @@ IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 	RunPlan(cat, PLAN_COMPLETE, snapshot, values, nulls);
 	UnregisterSnapshot(snapshot);
 
-	IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
+	if (count_stats)
+		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
 				   IDEM_STAT_COMPLETES, 1);
 }
 
@@ -840,7 +846,7 @@ idem_reserve(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 
 	IdemReserve(IdemFunctionNamespace(fcinfo), scope, operation, key,
-				request, ttl, &r);
+				request, ttl, false, true, &r);
 
 	memset(nulls, true, sizeof(nulls));
 	values[0] = CStringGetTextDatum(IdemOutcomeName(r.outcome));
@@ -886,7 +892,7 @@ idem_complete(PG_FUNCTION_ARGS)
 
 	IdemComplete(IdemFunctionNamespace(fcinfo), scope, operation, key,
 				 PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2),
-				 response_status, ARG_TEXT(4));
+				 response_status, ARG_TEXT(4), true);
 	PG_RETURN_VOID();
 }
 
