@@ -28,6 +28,14 @@
 #define IDEM_MAX_OPERATION_LEN	63
 #define IDEM_MAX_SCOPE_LEN		255
 
+/*
+ * Scopes beginning with this prefix hold the extension's own records and are
+ * refused by idem_reserve and friends.  idem_consume keeps its inbox records
+ * in scope IDEM_CONSUME_SCOPE, operation = consumer, key = message_id.
+ */
+#define IDEM_RESERVED_SCOPE_PREFIX	"idem:"
+#define IDEM_CONSUME_SCOPE			"idem:consume"
+
 /* SHA-256 digest length of a request fingerprint */
 #define IDEM_HASH_LEN			32
 
@@ -72,7 +80,9 @@ extern int	idem_processing_timeout_ms;
 extern const char *IdemOutcomeName(IdemOutcome outcome);
 extern int	IdemOutcomeHttpStatus(const IdemReservation *r);
 extern void IdemCheckOperation(text *operation);
+extern void IdemCheckOperationArg(text *operation, const char *argname);
 extern void IdemCheckKey(text *key);
+extern void IdemCheckKeyArg(text *key, const char *argname);
 extern void IdemCheckScope(text *scope);
 
 /*

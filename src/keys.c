@@ -227,18 +227,32 @@ CheckLength(text *arg, const char *name, int maxlen, bool allow_empty)
 void
 IdemCheckOperation(text *operation)
 {
-	CheckLength(operation, "operation", IDEM_MAX_OPERATION_LEN, false);
+	IdemCheckOperationArg(operation, "operation");
+}
+
+/* Check an argument used as an operation; errors name it argname */
+void
+IdemCheckOperationArg(text *operation, const char *argname)
+{
+	CheckLength(operation, argname, IDEM_MAX_OPERATION_LEN, false);
 }
 
 /* Check the key argument: 1 to 255 bytes of printable ASCII */
 void
 IdemCheckKey(text *key)
 {
+	IdemCheckKeyArg(key, "key");
+}
+
+/* Check an argument used as a key; errors name it argname */
+void
+IdemCheckKeyArg(text *key, const char *argname)
+{
 	const unsigned char *p;
 	int			len;
 	int			i;
 
-	CheckLength(key, "key", IDEM_MAX_KEY_LEN, false);
+	CheckLength(key, argname, IDEM_MAX_KEY_LEN, false);
 	p = (const unsigned char *) VARDATA_ANY(key);
 	len = VARSIZE_ANY_EXHDR(key);
 	for (i = 0; i < len; i++)
@@ -246,18 +260,33 @@ IdemCheckKey(text *key)
 		if (p[i] < 0x20 || p[i] > 0x7E)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argument \"key\" contains a character outside printable ASCII"),
+					 errmsg("argument \"%s\" contains a character outside printable ASCII",
+							argname),
 					 errdetail("Byte 0x%02x at position %d is not between 0x20 and 0x7e.",
 							   p[i], i + 1),
 					 errhint("Use printable ASCII keys, such as a UUID; encode other identifiers, for example as hex.")));
 	}
 }
 
-/* Check the scope argument: not NULL, at most 255 bytes, may be empty */
+/*
+ * Check the scope argument: not NULL, at most 255 bytes, may be empty, and
+ * not in the prefix reserved for the extension's own records (idem_consume's)
+ */
 void
 IdemCheckScope(text *scope)
 {
+	int			plen = strlen(IDEM_RESERVED_SCOPE_PREFIX);
+
 	CheckLength(scope, "scope", IDEM_MAX_SCOPE_LEN, true);
+	if (VARSIZE_ANY_EXHDR(scope) >= plen &&
+		memcmp(VARDATA_ANY(scope), IDEM_RESERVED_SCOPE_PREFIX, plen) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"scope\" must not begin with \"%s\"",
+						IDEM_RESERVED_SCOPE_PREFIX),
+				 errdetail("Scopes beginning with \"%s\" are reserved for the extension's own records, such as idem_consume's.",
+						   IDEM_RESERVED_SCOPE_PREFIX),
+				 errhint("Choose another scope.")));
 }
 
 /* Namespace of the extension, found from the called function itself */
