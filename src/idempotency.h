@@ -94,6 +94,9 @@ extern void IdemCheckScope(text *scope);
 extern void IdemReserve(Oid nspid, text *scope, text *operation, text *key,
 						Jsonb *request, Interval *ttl, bool wait,
 						bool count_stats, IdemReservation *result);
+extern void IdemReserveCompleted(Oid nspid, text *scope, text *operation,
+								 text *key, Interval *ttl, bool wait,
+								 IdemReservation *result);
 extern void IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 						 Jsonb *response, int32 response_status,
 						 text *resource_id, bool count_stats);

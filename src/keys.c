@@ -496,9 +496,9 @@ static const char *const plan_sql[NUM_PLANS] = {
 	[PLAN_INSERT] =
 	"INSERT INTO %s.idem_keys (scope, operation, key, request_hash, status,"
 	" created_at, updated_at, expires_at)"
-	" VALUES ($1, $2, $3, $4, 'processing', $5, $5, $6)",
+	" VALUES ($1, $2, $3, $4, $7, $5, $5, $6)",
 	[PLAN_RENEW] =
-	"UPDATE %s.idem_keys SET request_hash = $4, status = 'processing',"
+	"UPDATE %s.idem_keys SET request_hash = $4, status = $7,"
 	" response_status = NULL, response = NULL, resource_id = NULL,"
 	" recovery_point = NULL, created_at = $5, updated_at = $5, expires_at = $6"
 	" WHERE scope OPERATOR(pg_catalog.=) $1 AND operation OPERATOR(pg_catalog.=) $2"
@@ -520,16 +520,16 @@ static const char *const plan_sql[NUM_PLANS] = {
 };
 
 static const Oid plan_types[NUM_PLANS][7] = {
-	[PLAN_INSERT] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
-	[PLAN_RENEW] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
+	[PLAN_INSERT] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID},
+	[PLAN_RENEW] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID},
 	[PLAN_COMPLETE] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, INT4OID, TEXTOID, TIMESTAMPTZOID},
 	[PLAN_CHECKPOINT] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
 	[PLAN_DELETE] = {TEXTOID, TEXTOID, TEXTOID},
 };
 
 static const int plan_nargs[NUM_PLANS] = {
-	[PLAN_INSERT] = 6,
-	[PLAN_RENEW] = 6,
+	[PLAN_INSERT] = 7,
+	[PLAN_RENEW] = 7,
 	[PLAN_COMPLETE] = 7,
 	[PLAN_CHECKPOINT] = 5,
 	[PLAN_DELETE] = 3,
@@ -608,12 +608,14 @@ ExpiryTime(TimestampTz now, Interval *ttl)
 
 /*
  * Reserve (scope, operation, key) for the current transaction, or say why
- * not.  The outcomes and their order are the contract's table.
+ * not.  The outcomes and their order are the contract's table.  A new
+ * record is written as "processing", or straight away as "completed" with
+ * no response when the caller has nothing to run in between.
  */
-void
-IdemReserve(Oid nspid, text *scope, text *operation, text *key,
-			Jsonb *request, Interval *ttl, bool wait, bool count_stats,
-			IdemReservation *result)
+static void
+ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
+			  Jsonb *request, Interval *ttl, bool wait, bool count_stats,
+			  bool completed, IdemReservation *result)
 {
 	IdemCatalog *cat = GetCatalog(nspid);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -676,15 +678,16 @@ IdemReserve(Oid nspid, text *scope, text *operation, text *key,
 	}
 	else
 	{
-		Datum		values[6];
-		char		nulls[6];
+		Datum		values[7];
+		char		nulls[7];
 
 		KeyParams(values, nulls, scope, operation, key);
 		values[3] = PointerGetDatum(hash);
 		nulls[3] = hash ? ' ' : 'n';
 		values[4] = TimestampTzGetDatum(now);
 		values[5] = TimestampTzGetDatum(expires_at);
-		nulls[4] = nulls[5] = ' ';
+		values[6] = CStringGetTextDatum(completed ? "completed" : "processing");
+		nulls[4] = nulls[5] = nulls[6] = ' ';
 
 		/*
 		 * An expired record is renewed in place.  If the sweeper deleted it
@@ -707,6 +710,30 @@ done:
 		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
 					   OutcomeCounter(result->outcome), 1);
 	}
+}
+
+/* Reserve for the caller, who runs the effect and then completes or releases */
+void
+IdemReserve(Oid nspid, text *scope, text *operation, text *key,
+			Jsonb *request, Interval *ttl, bool wait, bool count_stats,
+			IdemReservation *result)
+{
+	ReserveRecord(nspid, scope, operation, key, request, ttl, wait,
+				  count_stats, false, result);
+}
+
+/*
+ * Reserve and complete in one write, with no request and no response, for
+ * idem_consume: its effect runs later in the same transaction, and a record
+ * that is never committed unfinished needs no processing state.  Not
+ * counted in idem_stats; the caller counts consumed or duplicates.
+ */
+void
+IdemReserveCompleted(Oid nspid, text *scope, text *operation, text *key,
+					 Interval *ttl, bool wait, IdemReservation *result)
+{
+	ReserveRecord(nspid, scope, operation, key, NULL, ttl, wait, false, true,
+				  result);
 }
 
 /*

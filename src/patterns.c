@@ -4,18 +4,20 @@
  *	  Patterns on top of the key lifecycle: idem_call, the one-call wrapper
  *	  for stored procedures, and idem_consume, inbox de-duplication for
  *	  message consumers.  Both run inside the caller's transaction and go
- *	  through the C API of keys.c (IdemReserve, IdemComplete), so they take
- *	  the same per-key lock and share storage, expiry and statistics with
- *	  idem_reserve.  This file takes no lock of its own.
+ *	  through the C API of keys.c (IdemReserve, IdemComplete,
+ *	  IdemReserveCompleted), so they take the same per-key lock and share
+ *	  storage, expiry and statistics with idem_reserve.  This file takes no
+ *	  lock of its own.
  *
  * idem_consume records live in idem_keys with scope IDEM_CONSUME_SCOPE
  * ("idem:consume"), operation = consumer and key = message_id.  Scopes that
  * begin with "idem:" are refused by idem_reserve and friends, so a consumer
  * record can never collide with, or be taken for, an application's key; and
  * idem_stats shows each consumer as an operation with its consumed and
- * duplicates counters.  The record is reserved and completed in one call,
- * so a committed one is always "completed": the worker never sees it stuck,
- * and the sweeper deletes it once expires_at has passed.
+ * duplicates counters.  The record is written "completed" (no request, no
+ * response) by the reservation itself (IdemReserveCompleted), one write per
+ * message, so a committed one is never unfinished: the worker never sees it
+ * stuck, and the sweeper deletes it once expires_at has passed.
  *
  *-------------------------------------------------------------------------
  */
@@ -321,13 +323,11 @@ idem_consume(PG_FUNCTION_ARGS)
 	nspid = IdemFunctionNamespace(fcinfo);
 	scope = cstring_to_text(IDEM_CONSUME_SCOPE);
 
-	IdemReserve(nspid, scope, consumer, message_id, NULL, ttl, wait, false, &r);
+	IdemReserveCompleted(nspid, scope, consumer, message_id, ttl, wait, &r);
 
 	switch (r.outcome)
 	{
 		case IDEM_NEW:
-			IdemComplete(nspid, scope, consumer, message_id, NULL, 200, NULL,
-						 false);
 			IdemStatsCount(VARDATA_ANY(consumer), VARSIZE_ANY_EXHDR(consumer),
 						   IDEM_STAT_CONSUMED, 1);
 			PG_RETURN_BOOL(true);
