@@ -81,7 +81,6 @@ ValidateHandler(Oid handler)
 	HeapTuple	tup;
 	Form_pg_proc proc;
 	const char *kind;
-	char	   *sig;
 	bool		strict;
 
 	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(handler));
@@ -90,7 +89,6 @@ ValidateHandler(Oid handler)
 				(errcode(ERRCODE_UNDEFINED_FUNCTION),
 				 errmsg("handler function with OID %u does not exist", handler)));
 	proc = (Form_pg_proc) GETSTRUCT(tup);
-	sig = format_procedure(handler);
 
 	switch (proc->prokind)
 	{
@@ -110,21 +108,24 @@ ValidateHandler(Oid handler)
 	if (kind != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("%s %s cannot be an idem_call handler", kind, sig),
+				 errmsg("%s %s cannot be an idem_call handler",
+						kind, format_procedure(handler)),
 				 errdetail("A handler is a plain function that takes the request and returns the response."),
 				 errhint("Declare it as CREATE FUNCTION name(request jsonb) RETURNS jsonb.")));
 
 	if (proc->pronargs != 1 || proc->proargtypes.values[0] != JSONBOID)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("function %s cannot be an idem_call handler", sig),
+				 errmsg("function %s cannot be an idem_call handler",
+						format_procedure(handler)),
 				 errdetail("A handler takes exactly one argument, of type jsonb."),
 				 errhint("Declare it as CREATE FUNCTION name(request jsonb) RETURNS jsonb.")));
 
 	if (proc->proretset || proc->prorettype != JSONBOID)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("function %s cannot be an idem_call handler", sig),
+				 errmsg("function %s cannot be an idem_call handler",
+						format_procedure(handler)),
 				 errdetail("It returns %s%s; a handler returns a single jsonb value.",
 						   proc->proretset ? "setof " : "",
 						   format_type_be(proc->prorettype)),
@@ -132,7 +133,6 @@ ValidateHandler(Oid handler)
 
 	strict = proc->proisstrict;
 	ReleaseSysCache(tup);
-	pfree(sig);
 	return strict;
 }
 

@@ -9,8 +9,14 @@
 BENCH_PAT_DIR=$IDEM_WORK/bench_pat
 as_test_user mkdir -p "$BENCH_PAT_DIR"
 
+# A database of its own, so that every run can start from empty tables
+bench_pat_saved_db=${BENCH_DB:-postgres}
+as_test_user dropdb --if-exists bench_patterns
+as_test_user createdb bench_patterns
+BENCH_DB=bench_patterns
+
 bench_sql - <<'SQL'
-CREATE EXTENSION IF NOT EXISTS idempotency;
+CREATE EXTENSION idempotency;
 DROP TABLE IF EXISTS bench_pat_payments, bench_pat_effects;
 CREATE TABLE bench_pat_payments (
 	id			bigserial PRIMARY KEY,
@@ -91,18 +97,15 @@ INSERT INTO bench_pat_effects (message_id, amount)
 SELECT 'm:client_id-:k', 1 WHERE idem_consume('bench-pat-consumer', 'm:client_id-:k');
 EOF2
 
-# Same starting point for every run: empty tables, no dead rows, checkpointed
+# Same starting point for every run: empty tables, checkpointed
 bench_pat_reset() {
 	bench_sql - >/dev/null <<'SQL'
-TRUNCATE bench_pat_payments, bench_pat_effects;
-DELETE FROM idem_keys WHERE operation LIKE 'bench-pat-%'
-	OR (scope = 'idem:consume' AND operation LIKE 'bench-pat-%');
-VACUUM ANALYZE idem_keys, bench_pat_payments, bench_pat_effects;
+TRUNCATE bench_pat_payments, bench_pat_effects, idem_keys;
 CHECKPOINT;
 SQL
 }
 
-bench_pat_db=${BENCH_DB:-postgres}
+bench_pat_db=bench_patterns
 for bench_pat_mode in on off; do
 	for bench_pat_w in bare_insert idem_call plpgsql_call bare_effect idem_consume; do
 		bench_pat_reset
@@ -110,7 +113,8 @@ for bench_pat_mode in on off; do
 			bench_tps "pat_${bench_pat_w}_$bench_pat_mode" "$BENCH_PAT_DIR/$bench_pat_w.sql"
 	done
 done
-bench_pat_reset
+as_test_user dropdb bench_patterns
+BENCH_DB=$bench_pat_saved_db
 
 echo "## Patterns: idem_call and idem_consume (50_patterns)"
 echo
