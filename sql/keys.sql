@@ -128,5 +128,15 @@ SELECT idem_complete('create-payment', 'r1', '{}', 600);
 -- ... and the record is untouched by those errors
 SELECT status, response FROM idem_lookup('create-payment', 'r1');
 
+-- A transaction may reserve any number of keys: the key lock is held only
+-- around each write, so the lock table does not fill up
+BEGIN;
+SELECT count(*) FILTER (WHERE outcome = 'new') AS new_keys
+FROM generate_series(1, 20000) i, idem_reserve('batch', 'b-' || i);
+SELECT count(*) AS locks_held FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 26980;
+SELECT count(*) FILTER (WHERE outcome = 'in_progress') AS again_in_progress
+FROM generate_series(1, 20000) i, idem_reserve('batch', 'b-' || i);
+COMMIT;
+
 -- leave nothing behind for the next test
 DELETE FROM idem_keys;
