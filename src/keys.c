@@ -556,14 +556,19 @@ WriterClose(IdemWriter *w)
 	CommandCounterIncrement();
 }
 
-/* Add index entries for the tuple in the writer's slot */
+/*
+ * Add index entries for the tuple in the writer's slot.  "update" is passed
+ * as false even after a non-HOT update: it only asks the executor whether
+ * the indexed columns changed, which needs a range table we do not build,
+ * and it only serves as a hint for bottom-up index deletion.
+ */
 static void
-InsertIndexEntries(IdemWriter *w, bool update)
+InsertIndexEntries(IdemWriter *w)
 {
 #if PG_VERSION_NUM >= 160000
-	ExecInsertIndexTuples(w->rri, w->slot, w->estate, update, false, NULL, NIL, false);
+	ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL, false);
 #else
-	ExecInsertIndexTuples(w->rri, w->slot, w->estate, update, false, NULL, NIL);
+	ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL);
 #endif
 }
 
@@ -585,7 +590,7 @@ InsertRow(IdemWriter *w, Datum *values, bool *nulls)
 
 	ExecStoreHeapTuple(tuple, w->slot, true);
 	table_tuple_insert(w->rel, w->slot, GetCurrentCommandId(true), 0, NULL);
-	InsertIndexEntries(w, false);
+	InsertIndexEntries(w);
 }
 
 /*
@@ -618,7 +623,7 @@ UpdateRow(IdemWriter *w, IdemRecord *rec, Datum *values, bool *nulls, bool *repl
 #else
 	if (result == TM_Ok && update_indexes)
 #endif
-		InsertIndexEntries(w, true);
+		InsertIndexEntries(w);
 	return result;
 }
 
