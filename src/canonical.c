@@ -13,8 +13,12 @@
  * Numbers follow ECMAScript's Number::toString of the nearest IEEE 754
  * double.  A numeric with at most 15 significant digits in the normal double
  * range is its own shortest round-trip form (DBL_DIG is 15), so it is
- * written straight from its base-10000 digits; anything longer goes through
- * strtod (correctly rounded) and PostgreSQL's shortest-digits double output.
+ * written straight from its base-10000 digits.  Anything longer goes through
+ * strtod (correctly rounded), PostgreSQL's shortest-digits double output, and
+ * a fix-up for the interval ends that output never picks (CanonTryBoundary).
+ * A number beyond the double range is ERROR 22003 (JSON.parse would make it
+ * Infinity, which JSON cannot carry); one below half the smallest subnormal
+ * becomes 0, as JSON.parse makes it.
  *
  * Strings are written in the database encoding.  idem_canonical returns that
  * text; idem_hash converts it to UTF-8 before hashing, so both functions mean
@@ -25,8 +29,10 @@
  *
  * idem_hash streams: the output buffer is hashed and emptied every
  * CANON_FLUSH_BYTES, so its memory is bounded by the nesting depth and the
- * widest object rather than the document.  Everything is allocated in the
- * caller's memory context and freed before returning.  No locks are taken.
+ * widest object rather than the document (which the caller has detoasted).
+ * Everything is allocated in the caller's memory context and freed before
+ * returning; the SHA-256 context (OpenSSL) belongs to the resource owner, so
+ * an error midway releases it too.  No locks are taken.
  *
  *-------------------------------------------------------------------------
  */
@@ -56,6 +62,9 @@ PG_FUNCTION_INFO_V1(idem_hash);
 
 /* idem_hash hashes and empties its output buffer when it grows past this */
 #define CANON_FLUSH_BYTES		(64 * 1024)
+
+/* Strings up to this many bytes are escaped into space reserved up front */
+#define CANON_SHORT_STRING		1024
 
 /* Objects up to this many members are sorted by insertion sort */
 #define CANON_INSERTION_SORT_MAX	16
@@ -248,43 +257,83 @@ CanonMaybeFlush(CanonState *st)
 		CanonFlush(st);
 }
 
-/* Write a JSON string: only '"', '\' and U+0000..U+001F are escaped */
+/*
+ * Write a JSON string: only '"', '\' and U+0000..U+001F are escaped.  Short
+ * strings (most keys and values) get room for the worst case up front and
+ * are copied byte by byte; long ones are copied in runs between escapes, so
+ * that they never need more than their final size.
+ */
 static void
 CanonString(StringInfo out, const char *s, uint32 len)
 {
 	const unsigned char *p = (const unsigned char *) s;
 	const unsigned char *end = p + len;
-	const unsigned char *run = p;
 
-	/* the common case, nothing to escape, needs exactly len + 2 bytes */
-	enlargeStringInfo(out, len + 2);
-	out->data[out->len++] = '"';
-	for (; p < end; p++)
+	if (len <= CANON_SHORT_STRING)
 	{
-		char		esc = canon_escape[*p];
+		char	   *dst;
 
-		if (likely(esc == 0))
-			continue;
-		if (p > run)
-			appendBinaryStringInfo(out, (const char *) run, p - run);
-		if (esc == 'u')
+		/* every byte could become \u00XX */
+		enlargeStringInfo(out, len * 6 + 2);
+		dst = out->data + out->len;
+		*dst++ = '"';
+		for (; p < end; p++)
 		{
-			char		buf[6] = {'\\', 'u', '0', '0',
-			canon_hexdigits[*p >> 4], canon_hexdigits[*p & 0xF]};
+			char		esc = canon_escape[*p];
 
-			appendBinaryStringInfo(out, buf, 6);
+			if (likely(esc == 0))
+			{
+				*dst++ = *p;
+				continue;
+			}
+			*dst++ = '\\';
+			*dst++ = esc;
+			if (esc == 'u')
+			{
+				*dst++ = '0';
+				*dst++ = '0';
+				*dst++ = canon_hexdigits[*p >> 4];
+				*dst++ = canon_hexdigits[*p & 0xF];
+			}
 		}
-		else
-		{
-			char		buf[2] = {'\\', esc};
-
-			appendBinaryStringInfo(out, buf, 2);
-		}
-		run = p + 1;
+		*dst++ = '"';
+		*dst = '\0';
+		out->len = dst - out->data;
 	}
-	if (end > run)
-		appendBinaryStringInfo(out, (const char *) run, end - run);
-	appendStringInfoCharMacro(out, '"');
+	else
+	{
+		const unsigned char *run = p;
+
+		/* the common case, nothing to escape, needs exactly len + 2 bytes */
+		enlargeStringInfo(out, len + 2);
+		appendStringInfoCharMacro(out, '"');
+		for (; p < end; p++)
+		{
+			char		esc = canon_escape[*p];
+
+			if (likely(esc == 0))
+				continue;
+			if (p > run)
+				appendBinaryStringInfo(out, (const char *) run, p - run);
+			if (esc == 'u')
+			{
+				char		buf[6] = {'\\', 'u', '0', '0',
+				canon_hexdigits[*p >> 4], canon_hexdigits[*p & 0xF]};
+
+				appendBinaryStringInfo(out, buf, 6);
+			}
+			else
+			{
+				char		buf[2] = {'\\', esc};
+
+				appendBinaryStringInfo(out, buf, 2);
+			}
+			run = p + 1;
+		}
+		if (end > run)
+			appendBinaryStringInfo(out, (const char *) run, end - run);
+		appendStringInfoCharMacro(out, '"');
+	}
 }
 
 /*
@@ -295,11 +344,12 @@ CanonString(StringInfo out, const char *s, uint32 len)
 static void
 CanonEcmaNumber(StringInfo out, bool negative, const char *digits, int k, int n)
 {
-	char		buf[48];
-	char	   *p = buf;
+	char	   *p;
 	int			e;
 
+	/* every form here takes at most 26 bytes: write in place */
 	enlargeStringInfo(out, 48);
+	p = out->data + out->len;
 	if (negative)
 		*p++ = '-';
 	if (k <= n && n <= 21)
@@ -350,7 +400,8 @@ CanonEcmaNumber(StringInfo out, bool negative, const char *digits, int k, int n)
 		}
 		p += CanonItoa(e, p);
 	}
-	appendBinaryStringInfo(out, buf, p - buf);
+	*p = '\0';
+	out->len = p - out->data;
 }
 
 /*

@@ -30,15 +30,25 @@ out=$(psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" <<SQL
 CREATE EXTENSION idempotency;
 CREATE TABLE xcheck (id int PRIMARY KEY, doc_b64 text, canon_b64 text, hash_hex text);
 \copy xcheck FROM '$tmp/docs.tsv'
+-- an error (from jsonb input or from us) is a difference, shown with its document
+CREATE FUNCTION try_canonical(doc text, OUT canon text, OUT hash text) LANGUAGE plpgsql AS \$\$
+BEGIN
+  canon := idem_canonical(doc::jsonb);
+  hash := encode(idem_hash(doc::jsonb), 'hex');
+EXCEPTION WHEN OTHERS THEN
+  canon := 'ERROR: ' || SQLERRM;
+  hash := canon;
+END
+\$\$;
 CREATE TABLE result AS
 SELECT id, doc_b64,
        convert_from(decode(canon_b64, 'base64'), 'UTF8') AS want,
-       idem_canonical(doc) AS got,
+       (t).canon AS got,
        hash_hex AS want_hash,
-       encode(idem_hash(doc), 'hex') AS got_hash
+       (t).hash AS got_hash
 FROM (SELECT id, doc_b64, canon_b64, hash_hex,
-             convert_from(decode(doc_b64, 'base64'), 'UTF8')::jsonb AS doc
-      FROM xcheck) s;
+             try_canonical(convert_from(decode(doc_b64, 'base64'), 'UTF8')) AS t
+      FROM xcheck OFFSET 0) s;
 SELECT count(*) || ' ' ||
        count(*) FILTER (WHERE got = want) || ' ' ||
        count(*) FILTER (WHERE got_hash = want_hash) || ' ' ||
@@ -53,19 +63,21 @@ echo "compared $total documents ($bytes bytes of canonical JSON):" \
 if [ "$total" != "$count" ] || [ "$canon_ok" != "$count" ] || [ "$hash_ok" != "$count" ]; then
 	echo "FIRST DIFFERENCE:"
 	psql -X -q -d "$db" <<'SQL'
+\pset format unaligned
 \x on
-SELECT id,
-       convert_from(decode(doc_b64, 'base64'), 'UTF8') AS document,
-       want AS node_canonical,
-       got AS idem_canonical,
-       (SELECT min(i) FROM generate_series(1, greatest(length(want), length(got))) i
-        WHERE substr(want, i, 1) IS DISTINCT FROM substr(got, i, 1)) AS first_differing_char,
-       want_hash AS node_sha256,
-       got_hash AS idem_hash
-FROM result
-WHERE got IS DISTINCT FROM want OR got_hash IS DISTINCT FROM want_hash
-ORDER BY id
-LIMIT 1;
+SELECT id, pos AS first_differing_char,
+       substr(want, greatest(pos - 60, 1), 120) AS node_canonical_near_it,
+       substr(got, greatest(pos - 60, 1), 120) AS idem_canonical_near_it,
+       want_hash AS node_sha256, got_hash AS idem_hash,
+       octet_length(document) AS document_bytes,
+       left(document, 4000) AS document_first_4000_chars
+FROM (SELECT r.*, convert_from(decode(doc_b64, 'base64'), 'UTF8') AS document,
+             (SELECT min(i) FROM generate_series(1, greatest(length(want), length(got)) + 1) i
+              WHERE substr(want, i, 1) IS DISTINCT FROM substr(got, i, 1)) AS pos
+      FROM result r
+      WHERE got IS DISTINCT FROM want OR got_hash IS DISTINCT FROM want_hash
+      ORDER BY id
+      LIMIT 1) s;
 SQL
 	exit 1
 fi
