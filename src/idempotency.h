@@ -91,6 +91,7 @@ extern bool IdemRelease(Oid nspid, text *scope, text *operation, text *key);
 extern Oid	IdemFunctionNamespace(FunctionCallInfo fcinfo);
 
 /* canonical.c */
+extern text *IdemCanonicalJsonb(Jsonb *jb);
 extern bytea *IdemHashJsonb(Jsonb *jb);
 
 /* stats.c: counters per (database, operation) */
