@@ -251,18 +251,32 @@ CheckLength(text *arg, const char *name, int maxlen, bool allow_empty)
 void
 IdemCheckOperation(text *operation)
 {
-	CheckLength(operation, "operation", IDEM_MAX_OPERATION_LEN, false);
+	IdemCheckOperationArg(operation, "operation");
+}
+
+/* Check an argument used as an operation; errors name it argname */
+void
+IdemCheckOperationArg(text *operation, const char *argname)
+{
+	CheckLength(operation, argname, IDEM_MAX_OPERATION_LEN, false);
 }
 
 /* Check the key argument: 1 to 255 bytes of printable ASCII */
 void
 IdemCheckKey(text *key)
 {
+	IdemCheckKeyArg(key, "key");
+}
+
+/* Check an argument used as a key; errors name it argname */
+void
+IdemCheckKeyArg(text *key, const char *argname)
+{
 	const unsigned char *p;
 	int			len;
 	int			i;
 
-	CheckLength(key, "key", IDEM_MAX_KEY_LEN, false);
+	CheckLength(key, argname, IDEM_MAX_KEY_LEN, false);
 	p = (const unsigned char *) VARDATA_ANY(key);
 	len = VARSIZE_ANY_EXHDR(key);
 	for (i = 0; i < len; i++)
@@ -270,18 +284,33 @@ IdemCheckKey(text *key)
 		if (p[i] < 0x20 || p[i] > 0x7E)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argument \"key\" contains a character outside printable ASCII"),
+					 errmsg("argument \"%s\" contains a character outside printable ASCII",
+							argname),
 					 errdetail("Byte 0x%02x at position %d is not between 0x20 and 0x7e.",
 							   p[i], i + 1),
 					 errhint("Use printable ASCII keys, such as a UUID; encode other identifiers, for example as hex.")));
 	}
 }
 
-/* Check the scope argument: not NULL, at most 255 bytes, may be empty */
+/*
+ * Check the scope argument: not NULL, at most 255 bytes, may be empty, and
+ * not in the prefix reserved for the extension's own records (idem_consume's)
+ */
 void
 IdemCheckScope(text *scope)
 {
+	int			plen = strlen(IDEM_RESERVED_SCOPE_PREFIX);
+
 	CheckLength(scope, "scope", IDEM_MAX_SCOPE_LEN, true);
+	if (VARSIZE_ANY_EXHDR(scope) >= plen &&
+		memcmp(VARDATA_ANY(scope), IDEM_RESERVED_SCOPE_PREFIX, plen) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"scope\" must not begin with \"%s\"",
+						IDEM_RESERVED_SCOPE_PREFIX),
+				 errdetail("Scopes beginning with \"%s\" are reserved for the extension's own records, such as idem_consume's.",
+						   IDEM_RESERVED_SCOPE_PREFIX),
+				 errhint("Choose another scope.")));
 }
 
 /* The per-call-site cache of a SQL-callable function */
@@ -719,11 +748,14 @@ ClassifyRecord(const IdemRecord *rec, bytea *hash, TimestampTz now,
 		result->outcome = IDEM_IN_PROGRESS;
 }
 
-/* Create the processing record, or renew the expired one in place */
+/*
+ * Create the record, or renew the expired one in place: processing, or
+ * completed at once (with no response) for idem_consume
+ */
 static void
 WriteReservation(IdemCatalog *cat, IdemRecord *rec, bool found,
 				 text *scope, text *operation, text *key, bytea *hash,
-				 TimestampTz now, TimestampTz expires_at)
+				 TimestampTz now, TimestampTz expires_at, bool completed)
 {
 	IdemWriter	w;
 	Datum		values[Natts_idem_keys];
@@ -736,7 +768,8 @@ WriteReservation(IdemCatalog *cat, IdemRecord *rec, bool found,
 	SetColumn(values, nulls, replace, Anum_operation, PointerGetDatum(operation), false);
 	SetColumn(values, nulls, replace, Anum_key, PointerGetDatum(key), false);
 	SetColumn(values, nulls, replace, Anum_request_hash, PointerGetDatum(hash), hash == NULL);
-	SetColumn(values, nulls, replace, Anum_status, CStringGetTextDatum("processing"), false);
+	SetColumn(values, nulls, replace, Anum_status,
+			  CStringGetTextDatum(completed ? "completed" : "processing"), false);
 	SetColumn(values, nulls, replace, Anum_response_status, (Datum) 0, true);
 	SetColumn(values, nulls, replace, Anum_response, (Datum) 0, true);
 	SetColumn(values, nulls, replace, Anum_resource_id, (Datum) 0, true);
@@ -760,12 +793,13 @@ WriteReservation(IdemCatalog *cat, IdemRecord *rec, bool found,
 /*
  * Reserve (scope, operation, key) for the current transaction, or say why
  * not.  The outcomes and their order are the contract's table; the
- * concurrency rules are in the file header.
+ * concurrency rules are in the file header.  With completed, the new record
+ * is written completed at once.
  */
-void
-IdemReserve(Oid nspid, text *scope, text *operation, text *key,
-			Jsonb *request, Interval *ttl, bool wait, bool count_stats,
-			IdemReservation *result)
+static void
+ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
+			  Jsonb *request, Interval *ttl, bool wait, bool count_stats,
+			  bool completed, IdemReservation *result)
 {
 	IdemCatalog *cat = GetCatalog(nspid);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -825,7 +859,8 @@ IdemReserve(Oid nspid, text *scope, text *operation, text *key,
 			continue;
 		}
 
-		WriteReservation(cat, &rec, found, scope, operation, key, hash, now, expires_at);
+		WriteReservation(cat, &rec, found, scope, operation, key, hash, now,
+						 expires_at, completed);
 		result->outcome = IDEM_NEW;
 		result->has_expires_at = true;
 		result->expires_at = expires_at;
@@ -843,6 +878,30 @@ IdemReserve(Oid nspid, text *scope, text *operation, text *key,
 		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
 					   OutcomeCounter(result->outcome), 1);
 	}
+}
+
+/* Reserve for the caller, who runs the effect and then completes or releases */
+void
+IdemReserve(Oid nspid, text *scope, text *operation, text *key,
+			Jsonb *request, Interval *ttl, bool wait, bool count_stats,
+			IdemReservation *result)
+{
+	ReserveRecord(nspid, scope, operation, key, request, ttl, wait,
+				  count_stats, false, result);
+}
+
+/*
+ * Reserve and complete in one write, with no request and no response, for
+ * idem_consume: its effect runs later in the same transaction, and a record
+ * that is never committed unfinished needs no processing state.  Not
+ * counted in idem_stats; the caller counts consumed or duplicates.
+ */
+void
+IdemReserveCompleted(Oid nspid, text *scope, text *operation, text *key,
+					 Interval *ttl, bool wait, IdemReservation *result)
+{
+	ReserveRecord(nspid, scope, operation, key, NULL, ttl, wait, false, true,
+				  result);
 }
 
 /*
