@@ -105,6 +105,7 @@ extern Oid	IdemFunctionNamespace(FunctionCallInfo fcinfo);
 
 /* canonical.c */
 extern bytea *IdemHashJsonb(Jsonb *jb);
+extern text *IdemCanonicalJsonb(Jsonb *jb);
 
 /* stats.c: counters per (database, operation) */
 typedef enum IdemCounter
