@@ -351,6 +351,24 @@ SELECT idem_consume('pat-orders', 'm8');
 RESET ROLE;
 
 --
+-- Statistics: idem_call counts like idem_reserve and idem_complete;
+-- idem_consume counts consumed and duplicates, not reservations.  Counters
+-- are not transactional: a rolled-back first delivery still counts.
+--
+SELECT idem_call('pat-stats-call', 's1', '{"a": 1}', 'pat_echo(jsonb)');
+SELECT idem_call('pat-stats-call', 's1', '{"a": 1}', 'pat_echo(jsonb)');
+SELECT idem_call('pat-stats-call', 's1', '{"a": 2}', 'pat_echo(jsonb)');
+SELECT idem_consume('pat-stats-consumer', 's1');
+SELECT idem_consume('pat-stats-consumer', 's1');
+SELECT idem_consume('pat-stats-consumer', 's1', wait => false);
+BEGIN;
+SELECT idem_consume('pat-stats-consumer', 's2');
+ROLLBACK;
+SELECT operation, reserves, new, replays, in_progress, mismatches, stuck,
+       completes, releases, consumed, duplicates, collision_rate
+FROM idem_stats WHERE operation LIKE 'pat-stats-%' ORDER BY operation;
+
+--
 -- The SQLSTATEs
 --
 \set VERBOSITY terse
