@@ -5,7 +5,7 @@
  *	  for stored procedures, and idem_consume, inbox de-duplication for
  *	  message consumers.  Both run inside the caller's transaction and go
  *	  through the C API of keys.c (IdemReserve, IdemComplete,
- *	  IdemReserveCompleted), so they take the same per-key lock and share
+ *	  IdemReserveCompleted), so they follow its concurrency rules and share
  *	  storage, expiry and statistics with idem_reserve.  This file takes no
  *	  lock of its own.
  *
@@ -300,9 +300,10 @@ idem_call(PG_FUNCTION_ARGS)
  *
  * true: first delivery, do the work in this transaction; false: a committed
  * transaction (or this one) already processed the message; NULL: another
- * open transaction holds it and wait is false.  With wait, IdemReserve
- * blocks on the key lock until the holder ends and then reads the record
- * with a fresh snapshot, so the answer is right at any isolation level.
+ * open transaction holds it and wait is false.  With wait, keys.c waits for
+ * the transaction that holds the message to end and then reads the record
+ * again, whatever this transaction's snapshot, so the answer is right at any
+ * isolation level.
  */
 Datum
 idem_consume(PG_FUNCTION_ARGS)
@@ -338,7 +339,7 @@ idem_consume(PG_FUNCTION_ARGS)
 			PG_RETURN_BOOL(false);
 
 		case IDEM_IN_PROGRESS:
-			/* Without wait, the key lock was busy: another open transaction */
+			/* Without wait: another open transaction holds the message */
 			if (!wait)
 				PG_RETURN_NULL();
 			break;
