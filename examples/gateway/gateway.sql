@@ -119,9 +119,12 @@ $$;
 -- Settle one record whose first attempt's outcome is unknown, by asking the
 -- gateway.  Takes an idem_keys row, as the background worker's reconcilers
 -- do (idem_set_reconciler), and resolves it with idem_complete or
--- idem_release.  Any error leaves the record as it was.
+-- idem_release.  Any error leaves the record as it was.  The search_path is
+-- pinned because the worker, not a client session, may be the caller.
 CREATE FUNCTION reconcile_charge(rec idem_keys) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
 	charges		gateway.charges[];
 	ch			gateway.charges;
