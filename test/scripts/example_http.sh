@@ -83,13 +83,15 @@ ex_check "payments for order-2" "$(payments order-2)" 1
 
 echo "== eight concurrent retries of one request"
 BODY3='{"order_id": "order-3", "amount": 3000, "currency": "BRL"}'
+clients=()
 for i in $(seq 1 8); do
 	curl -sS -o /dev/null -D "$tmp/h$i" -w '%{http_code}\n' --max-time 20 -X POST \
 		-H 'Content-Type: application/json' -H 'Idempotency-Key: key-3' \
 		-H 'X-Account-Id: acct-1' -H 'X-Simulated-Latency-Ms: 1000' \
 		--data "$BODY3" "$URL/payments" >"$tmp/s$i" &
+	clients+=($!)
 done
-wait $(jobs -p | grep -vx "$server") 2>/dev/null || true
+wait "${clients[@]}" || true
 fresh=0 replays=0 conflicts=0
 for i in $(seq 1 8); do
 	case "$(cat "$tmp/s$i")" in
