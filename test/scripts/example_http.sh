@@ -10,8 +10,8 @@ ex_database idem_example_http
 EX_ROLES+=(idem_example_http_app)
 ex_sql -f examples/http/schema.sql
 
-tmp=$(mktemp -d)
-cleanup_tmp() { rm -rf "$tmp"; }
+ex_tmpdir
+tmp=$EX_TMP
 PGUSER=idem_example_http_app /usr/bin/python3 examples/http/server.py \
 	--port-file "$tmp/port" --max-seconds 120 2>"$tmp/server.log" &
 server=$!
@@ -125,5 +125,4 @@ ex_check "records" "$(ex_value "SELECT string_agg(key || ':' || scope || ':' || 
 	"key-1:acct-1:completed:201 key-1:acct-2:completed:201 key-2:acct-1:completed:201 key-3:acct-1:completed:201 key-4:acct-1:completed:402"
 echo "server log:"
 sed 's/^/  /' "$tmp/server.log"
-cleanup_tmp
 ex_finish

@@ -28,7 +28,8 @@ REQ='{"order_id": "order-950", "amount": 700, "currency": "BRL"}'
 CALL="SELECT http_status || ' ' || body FROM create_payment('$ACCOUNT', 'slow-950', '$REQ')"
 
 echo "== a retry while the first attempt's transaction is still open"
-out=$(mktemp)
+ex_tmpdir
+out=$EX_TMP/slow.out
 PGAPPNAME=payments-slow psql -X -q -t -A -v ON_ERROR_STOP=1 \
 	-c "BEGIN" -c "$CALL" -c "SELECT pg_sleep(2)" -c "COMMIT" >"$out" &
 EX_PIDS+=($!)

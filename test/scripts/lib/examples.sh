@@ -7,6 +7,7 @@ set -euo pipefail
 EX_FAILED=0
 EX_PIDS=()
 EX_ROLES=()
+EX_TMP=
 
 # Create the example's database (with the extension) and make it the default
 ex_database() {
@@ -29,7 +30,13 @@ ex_cleanup() {
 	for role in "${EX_ROLES[@]}"; do
 		dropuser --if-exists "$role" || true
 	done
+	[ -n "$EX_TMP" ] && rm -rf "$EX_TMP"
 	exit $rc
+}
+
+# A scratch directory, removed on exit
+ex_tmpdir() {
+	EX_TMP=$(mktemp -d)
 }
 
 # Run SQL from a file or stdin, stopping at the first error
