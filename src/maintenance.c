@@ -181,7 +181,7 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 	" FROM %1$s.idem_keys k JOIN %1$s.idem_reconcilers r"
 	" ON r.operation OPERATOR(pg_catalog.=) k.operation"
 	" WHERE k.status OPERATOR(pg_catalog.=) 'stuck'::pg_catalog.text"
-	" ORDER BY k.updated_at LIMIT $1",
+	" ORDER BY k.updated_at, k.scope, k.operation, k.key LIMIT $1",
 	[MPLAN_STUCK_ROW] =
 	"SELECT k FROM %1$s.idem_keys k"
 	" WHERE k.scope OPERATOR(pg_catalog.=) $1"
