@@ -42,3 +42,6 @@ SELECT idem_checkpoint('op', repeat('k', 255), 'p');
 \set VERBOSITY default
 -- only the two good reservations were kept
 SELECT operation, length(key) AS key_len, status FROM idem_keys ORDER BY 1, 2;
+
+-- leave nothing behind for the next test
+DELETE FROM idem_keys;

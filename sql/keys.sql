@@ -127,3 +127,6 @@ SELECT idem_complete('create-payment', 'r1', '{}', 99);
 SELECT idem_complete('create-payment', 'r1', '{}', 600);
 -- ... and the record is untouched by those errors
 SELECT status, response FROM idem_lookup('create-payment', 'r1');
+
+-- leave nothing behind for the next test
+DELETE FROM idem_keys;

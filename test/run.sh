@@ -96,6 +96,7 @@ run_tap() {
 		name=$(basename "$f" .pl)
 		log=$IDEM_WORK/tap-$name.log
 		echo "== tap $name"
+		as_test_user mkdir -p "$IDEM_WORK/tap-$name"
 		set +e
 		(cd "$IDEM_SRC/test" && as_test_user env TESTDIR="$IDEM_WORK/tap-$name" \
 			PERL5LIB="$PGXS_TEST/perl" PG_REGRESS="$PGXS_TEST/regress/pg_regress" \

@@ -1,0 +1,95 @@
+-- Security: nothing granted to PUBLIC, the README's grant recipes work, and
+-- objects planted on search_path change nothing.
+\pset null '(null)'
+
+-- No extension function or relation is usable by PUBLIC, none is SECURITY DEFINER
+SELECT count(*) AS public_or_secdef_functions
+FROM pg_proc p
+JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+WHERE p.prosecdef OR p.proacl IS NULL
+   OR EXISTS (SELECT 1 FROM aclexplode(p.proacl) a WHERE a.grantee = 0);
+SELECT count(*) AS public_relations
+FROM pg_class c
+JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+WHERE EXISTS (SELECT 1 FROM aclexplode(c.relacl) a WHERE a.grantee = 0);
+
+-- A role that was granted nothing can do nothing
+CREATE ROLE idem_nobody;
+SET ROLE idem_nobody;
+SELECT * FROM idem_reserve('op', 'k');
+SELECT idem_complete('op', 'k');
+SELECT idem_release('op', 'k');
+SELECT idem_checkpoint('op', 'k', 'p');
+SELECT * FROM idem_lookup('op', 'k');
+SELECT * FROM idem_keys;
+INSERT INTO idem_keys (scope, operation, key, status, expires_at) VALUES ('', 'op', 'k', 'completed', now() + interval '1 day');
+DELETE FROM idem_keys;
+RESET ROLE;
+
+-- EXECUTE alone is not enough: the functions run with the caller's rights
+CREATE ROLE idem_exec_only;
+GRANT EXECUTE ON FUNCTION idem_reserve(text, text, jsonb, text, interval) TO idem_exec_only;
+SET ROLE idem_exec_only;
+SELECT * FROM idem_reserve('op', 'k');
+RESET ROLE;
+
+-- The README's application role recipe
+CREATE ROLE idem_app;
+GRANT USAGE ON SCHEMA public TO idem_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON idem_keys TO idem_app;
+GRANT EXECUTE ON FUNCTION
+	idem_reserve(text, text, jsonb, text, interval),
+	idem_complete(text, text, jsonb, integer, text, text),
+	idem_release(text, text, text),
+	idem_checkpoint(text, text, text, text),
+	idem_lookup(text, text, text)
+TO idem_app;
+SET ROLE idem_app;
+SELECT outcome FROM idem_reserve('op', 'app-1', '{"a": 1}');
+SELECT idem_checkpoint('op', 'app-1', 'step-1');
+SELECT idem_complete('op', 'app-1', '{"ok": true}');
+SELECT outcome, response FROM idem_reserve('op', 'app-1', '{"a": 1}');
+SELECT outcome FROM idem_reserve('op', 'app-2');
+SELECT idem_release('op', 'app-2');
+SELECT key, status FROM idem_lookup('op', 'app-1');
+RESET ROLE;
+
+-- The README's read-only monitoring role recipe
+CREATE ROLE idem_monitor;
+GRANT USAGE ON SCHEMA public TO idem_monitor;
+GRANT SELECT ON idem_keys TO idem_monitor;
+GRANT EXECUTE ON FUNCTION idem_lookup(text, text, text) TO idem_monitor;
+SET ROLE idem_monitor;
+SELECT key, status FROM idem_lookup('op', 'app-1');
+SELECT count(*) > 0 AS can_read FROM idem_keys;
+SELECT * FROM idem_reserve('op', 'mon-1');
+UPDATE idem_keys SET status = 'stuck';
+RESET ROLE;
+
+-- Objects planted on search_path change nothing: an "=" for text that is
+-- always true, and a decoy idem_keys table, in a schema searched first
+CREATE SCHEMA evil;
+CREATE FUNCTION evil.always(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.always);
+CREATE TABLE evil.idem_keys (LIKE public.idem_keys);
+CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE sql AS $$SELECT '2000-01-01'::timestamptz$$;
+SET search_path = evil, pg_catalog, public;
+SELECT 'a' = 'b' AS planted_operator_active;
+SELECT outcome FROM public.idem_reserve('evil', 'e1', '{"x": 1}');
+SELECT outcome FROM public.idem_reserve('evil', 'e2', '{"x": 2}');
+SELECT public.idem_complete('evil', 'e1', '{"r": 1}');
+SELECT public.idem_checkpoint('evil', 'e2', 'only-e2');
+SELECT outcome, response FROM public.idem_reserve('evil', 'e1', '{"x": 1}');
+SELECT outcome FROM public.idem_reserve('evil', 'e2', '{"x": 2}');
+SELECT public.idem_release('evil', 'e2');
+RESET search_path;
+SELECT key, status, response, recovery_point, created_at > '2001-01-01' AS real_now
+FROM idem_keys WHERE operation = 'evil' ORDER BY key;
+SELECT count(*) AS decoy_rows FROM evil.idem_keys;
+
+DROP SCHEMA evil CASCADE;
+DELETE FROM idem_keys;
+DROP OWNED BY idem_app, idem_monitor, idem_exec_only;
+DROP ROLE idem_nobody, idem_exec_only, idem_app, idem_monitor;
