@@ -33,7 +33,7 @@ is( $node->safe_psql(
 # reconcile, a live one
 $node->safe_psql(
 	'postgres', q{
-CREATE TABLE calls (key text);
+CREATE TABLE calls (key text, xid xid8 DEFAULT pg_current_xact_id());
 CREATE FUNCTION reconcile_charge(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
 	INSERT INTO public.calls VALUES (r.key);
@@ -76,6 +76,8 @@ is( $node->safe_psql(
 	'expired records deleted, stuck records flagged and reconciled, the live one kept');
 is($node->safe_psql('postgres', q{SELECT string_agg(key, ',' ORDER BY key) FROM calls}),
 	'paid-1,void-1', 'the reconciler was called once per stuck record');
+is($node->safe_psql('postgres', q{SELECT count(DISTINCT xid) FROM calls}),
+	'2', 'under pg_cron, CALL idem_maintain() gives each reconciler call its own transaction');
 
 my $log = slurp_file($node->logfile);
 my @errors = grep { /\b(ERROR|FATAL|PANIC|WARNING):/ } split /\n/, $log;
