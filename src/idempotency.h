@@ -97,6 +97,7 @@ extern int	idem_sweep_interval_ms;
 extern int	idem_sweep_batch_size;
 extern bool idem_worker_enabled;
 extern int	idem_max_workers;
+extern int	idem_sweep_duty_cycle;
 extern void IdemWorkerInit(void);
 
 /*
@@ -126,8 +127,12 @@ typedef struct IdemPassCounts
 	bool		missing;		/* extension not installed, or dropped meanwhile */
 } IdemPassCounts;
 
-/* Called between batches in worker mode; true ends the pass */
-typedef bool (*IdemStopCallback) (void);
+/*
+ * Called between units of work in worker mode, with the duration of the
+ * batch just done (0 after a reconciler call); it may sleep to yield to
+ * other sessions.  true ends the pass.
+ */
+typedef bool (*IdemStopCallback) (int64 batch_us);
 
 extern void IdemMaintainDatabase(IdemTxnMode mode, Oid nspid,
 								 IdemStopCallback stop, IdemPassCounts *counts);

@@ -45,6 +45,7 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
@@ -53,6 +54,7 @@
 #include "catalog/pg_type.h"
 #include "commands/async.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
@@ -67,6 +69,8 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/regproc.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -89,6 +93,11 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
  */
 #define IDEM_NOTIFY_MAX			7000
 
+/* Attribute numbers of idem_keys, fixed by the install script */
+#define Anum_idem_operation		2
+#define Anum_idem_status		5
+#define Anum_idem_expires_at	12
+
 /* Phases of a pass */
 #define PHASE_SWEEP				0x01
 #define PHASE_FLAG				0x02
@@ -98,7 +107,6 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
 /* The prepared statements, valid for one installation of the extension */
 typedef enum MaintPlan
 {
-	MPLAN_SWEEP,
 	MPLAN_FLAG,
 	MPLAN_ANY_RECONCILER,
 	MPLAN_STUCK_LIST,
@@ -112,6 +120,7 @@ typedef struct MaintCatalog
 {
 	Oid			nspid;
 	Oid			keys_relid;
+	Oid			expires_indexid;	/* idem_keys_expires_at_idx */
 	Oid			reconcilers_relid;
 	SPIPlanPtr	plans[NUM_MPLANS];
 } MaintCatalog;
@@ -140,27 +149,8 @@ typedef struct PassState
 	MemoryContext unitcxt;		/* reset after each unit */
 } PassState;
 
-/*
- * SQL texts; %1$s is the quoted schema of the extension.  ORDER BY
- * expires_at together with the lower bound $3 makes every sweep batch an
- * index range scan that starts where the previous batch ended, instead of
- * walking again over the entries of rows it already deleted.
- */
+/* SQL texts; %1$s is the quoted schema of the extension */
 static const char *const mplan_sql[NUM_MPLANS] = {
-	[MPLAN_SWEEP] =
-	"WITH deleted AS ("
-	" DELETE FROM %1$s.idem_keys"
-	" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-	"  SELECT ctid FROM %1$s.idem_keys"
-	"  WHERE expires_at OPERATOR(pg_catalog.<=) $1"
-	"  AND expires_at OPERATOR(pg_catalog.>=) $3"
-	"  AND status OPERATOR(pg_catalog.=) 'completed'::pg_catalog.text"
-	"  ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED))"
-	" AND expires_at OPERATOR(pg_catalog.<=) $1"
-	" AND status OPERATOR(pg_catalog.=) 'completed'::pg_catalog.text"
-	" RETURNING operation, expires_at)"
-	" SELECT operation, pg_catalog.count(*), pg_catalog.max(expires_at)"
-	" FROM deleted GROUP BY operation",
 	[MPLAN_FLAG] =
 	"WITH flagged AS ("
 	" UPDATE %1$s.idem_keys SET status = 'stuck'::pg_catalog.text"
@@ -172,8 +162,7 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 	" AND status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
 	" AND updated_at OPERATOR(pg_catalog.<=) $1"
 	" RETURNING scope, operation, key)"
-	" SELECT scope, operation, key FROM flagged"
-	" ORDER BY operation COLLATE pg_catalog.\"C\"",
+	" SELECT scope, operation, key FROM flagged",
 	[MPLAN_ANY_RECONCILER] =
 	"SELECT 1 FROM %1$s.idem_reconcilers LIMIT 1",
 	[MPLAN_STUCK_LIST] =
@@ -199,7 +188,6 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 };
 
 static const Oid mplan_types[NUM_MPLANS][3] = {
-	[MPLAN_SWEEP] = {TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID},
 	[MPLAN_FLAG] = {TIMESTAMPTZOID, INT4OID},
 	[MPLAN_STUCK_LIST] = {INT4OID},
 	[MPLAN_STUCK_ROW] = {TEXTOID, TEXTOID, TEXTOID},
@@ -208,7 +196,6 @@ static const Oid mplan_types[NUM_MPLANS][3] = {
 };
 
 static const int mplan_nargs[NUM_MPLANS] = {
-	[MPLAN_SWEEP] = 3,
 	[MPLAN_FLAG] = 2,
 	[MPLAN_ANY_RECONCILER] = 0,
 	[MPLAN_STUCK_LIST] = 1,
@@ -263,6 +250,7 @@ OpenCatalog(Oid nspid)
 	MaintCatalog *cat = &maint_catalog;
 	bool		quiet = !OidIsValid(nspid);
 	Oid			keys;
+	Oid			expires;
 	Oid			reconcilers;
 	int			i;
 
@@ -274,12 +262,15 @@ OpenCatalog(Oid nspid)
 	}
 
 	keys = get_relname_relid("idem_keys", nspid);
+	expires = get_relname_relid("idem_keys_expires_at_idx", nspid);
 	reconcilers = get_relname_relid("idem_reconcilers", nspid);
-	if (!OidIsValid(keys) || !OidIsValid(reconcilers))
+	if (!OidIsValid(keys) || !OidIsValid(expires) || !OidIsValid(reconcilers))
 	{
 		if (quiet)
 			return false;
-		ReportMissingTable(OidIsValid(keys) ? "idem_reconcilers" : "idem_keys");
+		ReportMissingTable(!OidIsValid(keys) ? "idem_keys" :
+						   !OidIsValid(expires) ? "idem_keys_expires_at_idx" :
+						   "idem_reconcilers");
 	}
 
 	/* Lock by OID, then make sure a concurrent DROP EXTENSION did not win */
@@ -292,7 +283,7 @@ OpenCatalog(Oid nspid)
 	}
 
 	if (cat->nspid != nspid || cat->keys_relid != keys ||
-		cat->reconcilers_relid != reconcilers)
+		cat->expires_indexid != expires || cat->reconcilers_relid != reconcilers)
 	{
 		for (i = 0; i < NUM_MPLANS; i++)
 		{
@@ -302,6 +293,7 @@ OpenCatalog(Oid nspid)
 		}
 		cat->nspid = nspid;
 		cat->keys_relid = keys;
+		cat->expires_indexid = expires;
 		cat->reconcilers_relid = reconcilers;
 	}
 	return true;
@@ -359,47 +351,162 @@ ResultText(uint64 row, int col)
 }
 
 /*
- * Delete one batch of expired completed records with expires_at in
- * [*lower, now]; *lower moves to the latest expires_at deleted.  Returns
- * the number deleted and counts them per operation in idem_stats.
+ * Per-operation counts of a batch, handed to idem_stats in one call per
+ * operation.  Batches hold few operations; when more than fit, the counts
+ * so far are handed over and the table starts again.
+ */
+#define OP_COUNTS_MAX	16
+
+typedef struct OpCounts
+{
+	int			n;
+	text	   *operation[OP_COUNTS_MAX];	/* copies */
+	int64		count[OP_COUNTS_MAX];
+} OpCounts;
+
+/* Hand the counts to idem_stats and empty the table */
+static void
+OpCountsFlush(OpCounts *oc, IdemCounter counter)
+{
+	int			i;
+
+	for (i = 0; i < oc->n; i++)
+	{
+		IdemStatsCount(VARDATA_ANY(oc->operation[i]),
+					   VARSIZE_ANY_EXHDR(oc->operation[i]), counter,
+					   oc->count[i]);
+		pfree(oc->operation[i]);
+	}
+	oc->n = 0;
+}
+
+/* Count one record of an operation */
+static void
+OpCountsAdd(OpCounts *oc, text *operation, IdemCounter counter)
+{
+	int			len = VARSIZE_ANY_EXHDR(operation);
+	int			i;
+
+	for (i = oc->n - 1; i >= 0; i--)
+	{
+		if (VARSIZE_ANY_EXHDR(oc->operation[i]) == len &&
+			memcmp(VARDATA_ANY(oc->operation[i]), VARDATA_ANY(operation), len) == 0)
+		{
+			oc->count[i]++;
+			return;
+		}
+	}
+	if (oc->n == OP_COUNTS_MAX)
+		OpCountsFlush(oc, counter);
+	oc->operation[oc->n] = DatumGetTextPCopy(PointerGetDatum(operation));
+	oc->count[oc->n] = 1;
+	oc->n++;
+}
+
+/* Raise an error unless the current role may delete records of idem_keys */
+static void
+CheckDeletable(Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	AclResult	aclresult;
+
+	aclresult = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
+	if (aclresult == ACLCHECK_OK)
+		aclresult = pg_class_aclcheck(relid, GetUserId(), ACL_DELETE);
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, OBJECT_TABLE, RelationGetRelationName(rel));
+	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("row-level security on \"idem_keys\" is not supported"),
+				 errhint("Separate tenants with the \"scope\" argument instead.")));
+}
+
+/*
+ * Delete up to batch_size expired completed records, those with expires_at
+ * in [*lower, now], straight through the expires_at index and the table
+ * access method, like keys.c writes (no SQL, no triggers).  A record that
+ * another transaction is changing or has changed since our snapshot (a
+ * renewal by idem_reserve) makes the non-waiting delete fail: it is skipped,
+ * which is FOR UPDATE SKIP LOCKED without a separate row lock.  *lower
+ * moves to the last expires_at seen, so the next batch resumes there
+ * instead of walking again over the index entries of deleted rows.
+ * Returns the number deleted and counts them per operation in idem_stats.
  */
 static int64
 SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
-	int64		total = 0;
-	uint64		i;
+	MaintCatalog *cat = &maint_catalog;
+	Relation	heap;
+	Relation	index;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	ScanKeyData skey[2];
+	int			nkeys = 0;
+	Snapshot	snapshot;
+	CommandId	cid;
+	OpCounts	oc;
+	int64		deleted = 0;
 
-	values[0] = TimestampTzGetDatum(now);
-	values[1] = Int32GetDatum(batch_size);
-	values[2] = TimestampTzGetDatum(*lower);
+	heap = table_open(cat->keys_relid, RowExclusiveLock);
+	index = index_open(cat->expires_indexid, AccessShareLock);
+	CheckDeletable(heap);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	RunPlan(MPLAN_SWEEP, values, nulls);
+	ScanKeyInit(&skey[nkeys++], 1, BTLessEqualStrategyNumber,
+				F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
+	if (*lower != DT_NOBEGIN)
+		ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
+					F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
 
-	for (i = 0; i < SPI_processed; i++)
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	cid = GetCurrentCommandId(true);
+	slot = table_slot_create(heap, NULL);
+#if PG_VERSION_NUM >= 180000
+	scan = index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
+#else
+	scan = index_beginscan(heap, index, snapshot, nkeys, 0);
+#endif
+	index_rescan(scan, skey, nkeys, NULL, 0);
+	oc.n = 0;
+
+	while (deleted < batch_size &&
+		   index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		text	   *operation = ResultText(i, 1);
 		bool		isnull;
-		int64		n;
-		TimestampTz latest;
+		TimestampTz expires_at;
+		text	   *status;
+		TM_FailureData tmfd;
 
-		n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-										SPI_tuptable->tupdesc, 2, &isnull));
-		latest = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
-												   SPI_tuptable->tupdesc, 3,
-												   &isnull));
-		total += n;
-		if (latest > *lower)
-			*lower = latest;
-		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
-					   IDEM_STAT_EXPIRED, n);
+		CHECK_FOR_INTERRUPTS();
+		expires_at = DatumGetTimestampTz(slot_getattr(slot, Anum_idem_expires_at, &isnull));
+		if (expires_at > *lower)
+			*lower = expires_at;
+
+		/* processing and stuck records never expire */
+		status = DatumGetTextPP(slot_getattr(slot, Anum_idem_status, &isnull));
+		if (VARSIZE_ANY_EXHDR(status) != 9 ||
+			memcmp(VARDATA_ANY(status), "completed", 9) != 0)
+			continue;
+
+		if (table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
+							   InvalidSnapshot, false, &tmfd, false) != TM_Ok)
+			continue;			/* being changed, or changed: not ours now */
+
+		OpCountsAdd(&oc,
+					DatumGetTextPP(slot_getattr(slot, Anum_idem_operation, &isnull)),
+					IDEM_STAT_EXPIRED);
+		deleted++;
 	}
 
-	SPI_finish();
-	return total;
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, AccessShareLock);
+	table_close(heap, RowExclusiveLock);
+
+	OpCountsFlush(&oc, IDEM_STAT_EXPIRED);
+	CommandCounterIncrement();
+	return deleted;
 }
 
 /* Queue NOTIFY idem_stuck for one flagged record */
@@ -432,8 +539,7 @@ FlagBatch(int batch_size, TimestampTz cutoff)
 	Datum		values[2];
 	char		nulls[2] = {' ', ' '};
 	StringInfoData buf;
-	text	   *run_operation = NULL;
-	int64		run = 0;
+	OpCounts	oc;
 	uint64		i;
 	int64		total;
 
@@ -445,30 +551,16 @@ FlagBatch(int batch_size, TimestampTz cutoff)
 	RunPlan(MPLAN_FLAG, values, nulls);
 	total = SPI_processed;
 
-	/* Rows come sorted by operation: count each operation's run at once */
 	initStringInfo(&buf);
+	oc.n = 0;
 	for (i = 0; i < SPI_processed; i++)
 	{
 		text	   *operation = ResultText(i, 2);
 
 		NotifyStuck(&buf, ResultText(i, 1), operation, ResultText(i, 3));
-		if (run_operation != NULL &&
-			(VARSIZE_ANY_EXHDR(operation) != VARSIZE_ANY_EXHDR(run_operation) ||
-			 memcmp(VARDATA_ANY(operation), VARDATA_ANY(run_operation),
-					VARSIZE_ANY_EXHDR(operation)) != 0))
-		{
-			IdemStatsCount(VARDATA_ANY(run_operation),
-						   VARSIZE_ANY_EXHDR(run_operation),
-						   IDEM_STAT_FLAGGED_STUCK, run);
-			run = 0;
-		}
-		run_operation = operation;
-		run++;
+		OpCountsAdd(&oc, operation, IDEM_STAT_FLAGGED_STUCK);
 	}
-	if (run_operation != NULL)
-		IdemStatsCount(VARDATA_ANY(run_operation),
-					   VARSIZE_ANY_EXHDR(run_operation),
-					   IDEM_STAT_FLAGGED_STUCK, run);
+	OpCountsFlush(&oc, IDEM_STAT_FLAGGED_STUCK);
 
 	SPI_finish();
 	return total;
@@ -710,8 +802,8 @@ UnitEnd(PassState *ps)
 	MemoryContextReset(ps->unitcxt);
 }
 
-/* Account for a finished batch that started at start */
-static void
+/* Account for a finished batch that started at start; its duration */
+static int64
 NoteBatch(PassState *ps, TimestampTz start)
 {
 	int64		us = GetCurrentTimestamp() - start;
@@ -719,14 +811,15 @@ NoteBatch(PassState *ps, TimestampTz start)
 	ps->counts->batches++;
 	if (us > ps->counts->longest_batch_us)
 		ps->counts->longest_batch_us = us;
+	return us;
 }
 
-/* Between units: should the pass end here? */
+/* Between units: should the pass end here?  batch_us: the batch just done */
 static bool
-StopRequested(PassState *ps)
+StopRequested(PassState *ps, int64 batch_us)
 {
 	CHECK_FOR_INTERRUPTS();
-	if (ps->stop != NULL && ps->stop())
+	if (ps->stop != NULL && ps->stop(batch_us))
 	{
 		ps->counts->stopped = true;
 		return true;
@@ -763,17 +856,27 @@ SweepPhase(PassState *ps)
 		TimestampTz start = GetCurrentTimestamp();
 		int			batch = BatchSize(ps);
 		int64		n;
+		int64		batch_us;
 
 		UnitBegin(ps, "idempotency: deleting expired records");
 		if (!UnitOpen(ps))
 			return false;
+
+		/*
+		 * A batch of our own need not wait for its WAL flush: if a crash
+		 * forgets it, the next pass deletes those records again.
+		 */
+		if (ps->mode != IDEM_TXN_CALLER)
+			(void) set_config_option("synchronous_commit", "off", PGC_SUSET,
+									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
+									 false);
 		n = SweepBatch(batch, GetCurrentTransactionStartTimestamp(), &lower);
 		UnitEnd(ps);
-		NoteBatch(ps, start);
+		batch_us = NoteBatch(ps, start);
 		ps->counts->deleted += n;
 		if (n < batch)
 			return true;
-		if (StopRequested(ps))
+		if (StopRequested(ps, batch_us))
 			return false;
 	}
 }
@@ -788,6 +891,7 @@ FlagPhase(PassState *ps)
 		int			batch = BatchSize(ps);
 		TimestampTz cutoff;
 		int64		n;
+		int64		batch_us;
 
 		UnitBegin(ps, "idempotency: flagging stuck records");
 		if (!UnitOpen(ps))
@@ -796,11 +900,11 @@ FlagPhase(PassState *ps)
 											 -(int64) idem_processing_timeout_ms);
 		n = FlagBatch(batch, cutoff);
 		UnitEnd(ps);
-		NoteBatch(ps, start);
+		batch_us = NoteBatch(ps, start);
 		ps->counts->flagged += n;
 		if (n < batch)
 			return true;
-		if (StopRequested(ps))
+		if (StopRequested(ps, batch_us))
 			return false;
 	}
 }
@@ -823,7 +927,7 @@ ReconcilePhase(PassState *ps)
 		StuckRecord *rec = (StuckRecord *) lfirst(lc);
 		int			r;
 
-		if (StopRequested(ps))
+		if (StopRequested(ps, 0))
 			return false;
 		UnitBegin(ps, "idempotency: calling a reconciler");
 		if (!UnitOpen(ps))

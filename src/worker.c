@@ -73,6 +73,7 @@
 #include "storage/lock.h"
 #include "storage/pmsignal.h"
 #include "tcop/tcopprot.h"
+#include "utils/backend_status.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
@@ -95,6 +96,12 @@ bool		idem_worker_enabled = true;
 
 /* idempotency.max_workers */
 int			idem_max_workers = 2;
+
+/* idempotency.sweep_duty_cycle, in percent */
+int			idem_sweep_duty_cycle = 10;
+
+/* Longest pause between two batches, in milliseconds */
+#define IDEM_MAX_YIELD_MS			1000
 
 /* Seconds before the postmaster restarts a launcher that exited with error */
 #define IDEM_LAUNCHER_RESTART_S		5
@@ -132,8 +139,9 @@ static bool slots_warned;
 /* Worker state: the lock on its database held for the whole visit */
 static LOCKTAG visit_locktag;
 
-/* Wait event of the launcher's sleep */
+/* Wait events of the launcher's sleep and of a worker's pause */
 static uint32 launcher_wait_event = PG_WAIT_EXTENSION;
+static uint32 worker_wait_event = PG_WAIT_EXTENSION;
 
 /* Define the worker's settings; register the launcher when preloaded */
 void
@@ -179,6 +187,17 @@ IdemWorkerInit(void)
 							2,
 							1,
 							IDEM_MAX_WORKERS_LIMIT,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.sweep_duty_cycle",
+							"Share of time the worker spends in batches while other sessions are busy, in percent.",
+							"While client sessions are running queries, the worker sleeps after each batch so that its batches take at most this share of its time; on an otherwise idle server it does not pause.  100 never pauses.",
+							&idem_sweep_duty_cycle,
+							10,
+							1,
+							100,
 							PGC_SIGHUP,
 							0,
 							NULL, NULL, NULL);
@@ -454,10 +473,61 @@ LockDatabaseForVisit(Oid dboid, Oid spcoid)
 	return true;
 }
 
-/* Between units of a worker's pass: exit, or end the pass? */
+/* Is any client session running a query or inside a transaction now? */
 static bool
-WorkerShouldStop(void)
+ClientsBusy(void)
 {
+	int			n = pgstat_fetch_stat_numbackends();
+	bool		busy = false;
+	int			i;
+
+	for (i = 1; i <= n && !busy; i++)
+	{
+#if PG_VERSION_NUM >= 170000
+		LocalPgBackendStatus *local = pgstat_get_local_beentry_by_index(i);
+#else
+		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
+#endif
+		PgBackendStatus *be;
+
+		if (local == NULL)
+			continue;
+		be = &local->backendStatus;
+		if (be->st_backendType != B_BACKEND || be->st_procpid == MyProcPid)
+			continue;
+		busy = (be->st_state == STATE_RUNNING ||
+				be->st_state == STATE_FASTPATH ||
+				be->st_state == STATE_IDLEINTRANSACTION);
+	}
+	pgstat_clear_snapshot();
+	return busy;
+}
+
+/*
+ * Yield to busy client sessions after a batch that took batch_us: sleep so
+ * that batches take at most idempotency.sweep_duty_cycle percent of the
+ * time.  On an otherwise idle server, no pause.
+ */
+static void
+YieldAfterBatch(int64 batch_us)
+{
+	int64		sleep_ms;
+
+	if (batch_us <= 0 || idem_sweep_duty_cycle >= 100 || !ClientsBusy())
+		return;
+	sleep_ms = batch_us * (100 - idem_sweep_duty_cycle) / idem_sweep_duty_cycle / 1000;
+	sleep_ms = Min(Max(sleep_ms, 1), IDEM_MAX_YIELD_MS);
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 sleep_ms, worker_wait_event);
+	ResetLatch(MyLatch);
+}
+
+/* Between units of a worker's pass: pause, exit, or end the pass? */
+static bool
+WorkerShouldStop(int64 batch_us)
+{
+	YieldAfterBatch(batch_us);
+
 	/* Shutdown or pg_terminate_backend: no transaction is open, leave */
 	if (ProcDiePending)
 		proc_exit(0);
@@ -487,6 +557,9 @@ idem_worker_main(Datum main_arg)
 	IdemPassCounts counts;
 
 	memcpy(&spcoid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+#if PG_VERSION_NUM >= 170000
+	worker_wait_event = WaitEventExtensionNew("IdempotencyWorkerYield");
+#endif
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
