@@ -18,25 +18,39 @@
  * its own transaction.  Called from SQL, the units run in the caller's
  * transaction.  Either way a reconciler runs in a subtransaction, so that
  * its error is reported as a WARNING naming the key and the pass goes on.
+ * Between units the worker may pause to yield to busy sessions, or end the
+ * pass (worker.c).
  *
  * Locking
  * -------
- * A batch picks its rows with FOR UPDATE SKIP LOCKED, so it never waits for
- * an application transaction and never joins a deadlock with one: a row
- * that idem_reserve is renewing, or that idem_complete, idem_checkpoint or
- * idem_release is changing, is skipped and left for the next pass.  The
- * outer DELETE or UPDATE repeats the conditions, so a row changed after the
- * batch's snapshot is left alone.  The other way round, an idem_reserve that
- * renews an expired record a batch has already locked waits for that batch
- * to commit (one short transaction), then finds the row gone and inserts
- * afresh (READ COMMITTED; a REPEATABLE READ caller gets a serialization
- * failure to retry, as with any concurrent delete).
- *
- * Each unit first locks idem_keys by OID (RowExclusiveLock) and then checks
+ * No unit ever waits for an application transaction, so none can join a
+ * deadlock with one:
+ *	- A sweep batch reads the expires_at index and deletes through the table
+ *	  access method without waiting (as keys.c writes: no SQL, no triggers).
+ *	  A record that another transaction is changing, or has changed since
+ *	  the batch's snapshot (idem_reserve renewing it), makes the delete fail
+ *	  and is skipped until the next pass.  The
+ *	  other way round, an idem_reserve renewing a record a batch has just
+ *	  deleted waits for that batch's commit (one short transaction), finds
+ *	  the row gone and inserts afresh (keys.c).
+ *	- A flag batch flags each record under its key lock, taken without
+ *	  waiting as keys.c's writers take it (IdemLockKey): a key that is busy
+ *	  is left for the next pass, and idem_complete, idem_checkpoint or
+ *	  idem_release never find a record changed under them.  The key locks
+ *	  last until the batch commits; batches flag at most IDEM_FLAG_BATCH_MAX
+ *	  records.
+ * Each unit first takes RowExclusiveLock on idem_keys by OID and then checks
  * that the table still exists, so a concurrent DROP EXTENSION ends a worker
  * pass quietly instead of failing a query.  Reconcilers take no lock of
  * ours: they settle the record through idem_complete or idem_release, which
  * take the key lock and re-check the record.
+ *
+ * Durability
+ * ----------
+ * Sweep batches of the worker and of idem_maintain commit with
+ * synchronous_commit off: a crash may forget the last of them, and the next
+ * pass deletes those records again.  Flags and reconciler calls commit as
+ * configured.
  *
  *-------------------------------------------------------------------------
  */
@@ -98,6 +112,12 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
 #define Anum_idem_status		5
 #define Anum_idem_expires_at	12
 
+/*
+ * Most records flagged per transaction: each holds its key lock until the
+ * transaction ends, and the shared lock table is finite.
+ */
+#define IDEM_FLAG_BATCH_MAX		1000
+
 /* Phases of a pass */
 #define PHASE_SWEEP				0x01
 #define PHASE_FLAG				0x02
@@ -107,7 +127,8 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
 /* The prepared statements, valid for one installation of the extension */
 typedef enum MaintPlan
 {
-	MPLAN_FLAG,
+	MPLAN_FLAG_CANDIDATES,
+	MPLAN_FLAG_ONE,
 	MPLAN_ANY_RECONCILER,
 	MPLAN_STUCK_LIST,
 	MPLAN_STUCK_ROW,
@@ -151,18 +172,18 @@ typedef struct PassState
 
 /* SQL texts; %1$s is the quoted schema of the extension */
 static const char *const mplan_sql[NUM_MPLANS] = {
-	[MPLAN_FLAG] =
-	"WITH flagged AS ("
-	" UPDATE %1$s.idem_keys SET status = 'stuck'::pg_catalog.text"
-	" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-	"  SELECT ctid FROM %1$s.idem_keys"
-	"  WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
-	"  AND updated_at OPERATOR(pg_catalog.<=) $1"
-	"  LIMIT $2 FOR UPDATE SKIP LOCKED))"
-	" AND status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
+	[MPLAN_FLAG_CANDIDATES] =
+	"SELECT scope, operation, key FROM %1$s.idem_keys"
+	" WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
 	" AND updated_at OPERATOR(pg_catalog.<=) $1"
-	" RETURNING scope, operation, key)"
-	" SELECT scope, operation, key FROM flagged",
+	" LIMIT $2",
+	[MPLAN_FLAG_ONE] =
+	"UPDATE %1$s.idem_keys SET status = 'stuck'::pg_catalog.text"
+	" WHERE scope OPERATOR(pg_catalog.=) $1"
+	" AND operation OPERATOR(pg_catalog.=) $2"
+	" AND key OPERATOR(pg_catalog.=) $3"
+	" AND status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
+	" AND updated_at OPERATOR(pg_catalog.<=) $4",
 	[MPLAN_ANY_RECONCILER] =
 	"SELECT 1 FROM %1$s.idem_reconcilers LIMIT 1",
 	[MPLAN_STUCK_LIST] =
@@ -187,8 +208,9 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 	" WHERE operation OPERATOR(pg_catalog.=) $1",
 };
 
-static const Oid mplan_types[NUM_MPLANS][3] = {
-	[MPLAN_FLAG] = {TIMESTAMPTZOID, INT4OID},
+static const Oid mplan_types[NUM_MPLANS][4] = {
+	[MPLAN_FLAG_CANDIDATES] = {TIMESTAMPTZOID, INT4OID},
+	[MPLAN_FLAG_ONE] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
 	[MPLAN_STUCK_LIST] = {INT4OID},
 	[MPLAN_STUCK_ROW] = {TEXTOID, TEXTOID, TEXTOID},
 	[MPLAN_SET_RECONCILER] = {TEXTOID, TEXTOID, REGROLEOID},
@@ -196,7 +218,8 @@ static const Oid mplan_types[NUM_MPLANS][3] = {
 };
 
 static const int mplan_nargs[NUM_MPLANS] = {
-	[MPLAN_FLAG] = 2,
+	[MPLAN_FLAG_CANDIDATES] = 2,
+	[MPLAN_FLAG_ONE] = 4,
 	[MPLAN_ANY_RECONCILER] = 0,
 	[MPLAN_STUCK_LIST] = 1,
 	[MPLAN_STUCK_ROW] = 3,
@@ -530,40 +553,74 @@ NotifyStuck(StringInfo buf, text *scope, text *operation, text *key)
 
 /*
  * Flag one batch of processing records last updated at or before cutoff
- * as stuck, with a NOTIFY each (sent when the transaction commits).
- * Returns the number flagged and counts them per operation in idem_stats.
+ * as stuck, with a NOTIFY each (sent when the transaction commits).  Each
+ * record is flagged under its key lock, taken without waiting, as keys.c's
+ * writers take it: a record whose key is busy (being completed,
+ * checkpointed or released right now) is left for the next pass, and
+ * idem_complete never finds the record changed under it.  The locks last
+ * until the transaction ends, hence the small batches.  Returns the number
+ * flagged and counts them per operation in idem_stats.
  */
 static int64
 FlagBatch(int batch_size, TimestampTz cutoff)
 {
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', ' '};
+	SPITupleTable *candidates;
+	uint64		ncandidates;
 	StringInfoData buf;
 	OpCounts	oc;
+	int64		flagged = 0;
 	uint64		i;
-	int64		total;
-
-	values[0] = TimestampTzGetDatum(cutoff);
-	values[1] = Int32GetDatum(batch_size);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	RunPlan(MPLAN_FLAG, values, nulls);
-	total = SPI_processed;
+
+	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = Int32GetDatum(batch_size);
+	RunPlan(MPLAN_FLAG_CANDIDATES, values, nulls);
+	candidates = SPI_tuptable;
+	ncandidates = SPI_processed;
 
 	initStringInfo(&buf);
 	oc.n = 0;
-	for (i = 0; i < SPI_processed; i++)
+	for (i = 0; i < ncandidates; i++)
 	{
-		text	   *operation = ResultText(i, 2);
+		bool		isnull;
+		text	   *scope;
+		text	   *operation;
+		text	   *key;
+		Snapshot	snapshot;
+		int			rc;
 
-		NotifyStuck(&buf, ResultText(i, 1), operation, ResultText(i, 3));
+		scope = DatumGetTextPP(SPI_getbinval(candidates->vals[i], candidates->tupdesc, 1, &isnull));
+		operation = DatumGetTextPP(SPI_getbinval(candidates->vals[i], candidates->tupdesc, 2, &isnull));
+		key = DatumGetTextPP(SPI_getbinval(candidates->vals[i], candidates->tupdesc, 3, &isnull));
+		if (!IdemLockKey(scope, operation, key, false))
+			continue;
+
+		/* Under the lock, the latest committed state is the whole truth */
+		values[0] = PointerGetDatum(scope);
+		values[1] = PointerGetDatum(operation);
+		values[2] = PointerGetDatum(key);
+		values[3] = TimestampTzGetDatum(cutoff);
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		rc = SPI_execute_snapshot(GetPlan(MPLAN_FLAG_ONE), values, nulls,
+								  snapshot, InvalidSnapshot, false, false, 0);
+		UnregisterSnapshot(snapshot);
+		if (rc < 0)
+			elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
+		if (SPI_processed == 0)
+			continue;			/* completed, checkpointed or released meanwhile */
+
+		NotifyStuck(&buf, scope, operation, key);
 		OpCountsAdd(&oc, operation, IDEM_STAT_FLAGGED_STUCK);
+		flagged++;
 	}
 	OpCountsFlush(&oc, IDEM_STAT_FLAGGED_STUCK);
 
 	SPI_finish();
-	return total;
+	return flagged;
 }
 
 /*
@@ -888,7 +945,7 @@ FlagPhase(PassState *ps)
 	for (;;)
 	{
 		TimestampTz start = GetCurrentTimestamp();
-		int			batch = BatchSize(ps);
+		int			batch = Min(BatchSize(ps), IDEM_FLAG_BATCH_MAX);
 		TimestampTz cutoff;
 		int64		n;
 		int64		batch_us;
@@ -899,6 +956,7 @@ FlagPhase(PassState *ps)
 		cutoff = TimestampTzPlusMilliseconds(GetCurrentTransactionStartTimestamp(),
 											 -(int64) idem_processing_timeout_ms);
 		n = FlagBatch(batch, cutoff);
+		CommandCounterIncrement();
 		UnitEnd(ps);
 		batch_us = NoteBatch(ps, start);
 		ps->counts->flagged += n;
