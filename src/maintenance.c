@@ -41,9 +41,9 @@
  *	  records.
  * Each unit first takes RowExclusiveLock on idem_keys by OID and then checks
  * that the table still exists, so a concurrent DROP EXTENSION ends a worker
- * pass quietly instead of failing a query.  Reconcilers take no lock of
- * ours: they settle the record through idem_complete or idem_release, which
- * take the key lock and re-check the record.
+ * pass quietly instead of failing a query.  A reconciler is called under
+ * the record's key lock (skipped when busy) and settles the record through
+ * idem_complete or idem_release, which take that same lock again.
  *
  * Durability
  * ----------
@@ -671,7 +671,8 @@ ListStuck(int limit, MemoryContext cxt)
 
 /*
  * The record as a composite datum of type idem_keys, in the current memory
- * context, if it is still stuck; otherwise (Datum) 0.
+ * context, if it is still stuck; otherwise (Datum) 0.  Read with the latest
+ * snapshot: the caller holds the key lock.
  */
 static Datum
 FetchStuckRow(StuckRecord *rec)
@@ -679,6 +680,8 @@ FetchStuckRow(StuckRecord *rec)
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
 	Datum		row = (Datum) 0;
+	Snapshot	snapshot;
+	int			rc;
 
 	values[0] = PointerGetDatum(rec->scope);
 	values[1] = PointerGetDatum(rec->operation);
@@ -686,7 +689,12 @@ FetchStuckRow(StuckRecord *rec)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	RunPlan(MPLAN_STUCK_ROW, values, nulls);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	rc = SPI_execute_snapshot(GetPlan(MPLAN_STUCK_ROW), values, nulls,
+							  snapshot, InvalidSnapshot, true, false, 0);
+	UnregisterSnapshot(snapshot);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
 	if (SPI_processed > 0)
 	{
 		bool		isnull;
@@ -768,9 +776,12 @@ CallReconciler(StuckRecord *rec, Datum row)
 }
 
 /*
- * Reconcile one stuck record in a subtransaction.  Returns 1 when the
- * reconciler returned, -1 when it raised (reported as a WARNING naming the
- * key), 0 when the record is no longer stuck.
+ * Reconcile one stuck record in a subtransaction, holding its key lock:
+ * while the reconciler runs, the application cannot settle the record
+ * behind its back (idem_complete waits, idem_reserve answers in_progress).
+ * Returns 1 when the reconciler returned, -1 when it raised (reported as a
+ * WARNING naming the key), 0 when the key is busy or the record no longer
+ * stuck.
  */
 static int
 ReconcileOne(StuckRecord *rec)
@@ -780,6 +791,8 @@ ReconcileOne(StuckRecord *rec)
 	Datum		row;
 	volatile int result = 1;
 
+	if (!IdemLockKey(rec->scope, rec->operation, rec->key, false))
+		return 0;
 	row = FetchStuckRow(rec);
 	if (row == (Datum) 0)
 		return 0;
