@@ -37,13 +37,23 @@
  * DROP DATABASE never finds it still connected.  A dropped extension ends a
  * pass quietly too (maintenance.c).
  *
+ * Yielding
+ * --------
+ * While client sessions are running queries or sit inside a transaction,
+ * a worker sleeps after each batch so that its batches take at most
+ * idempotency.sweep_duty_cycle percent of its time; on an otherwise idle
+ * server it runs its batches back to back.  A backlog is then cleared at
+ * full speed when nobody waits for the CPU, and slowly when the
+ * application needs it.
+ *
  * Signals and standby
  * -------------------
  * SIGTERM: die(), so a running batch is cancelled at once; between units
  * the processes exit without a FATAL message.  SIGHUP reloads the settings
- * (launcher: interval, enabled, max_workers; a running worker: enabled and
- * batch size).  Both are registered with BgWorkerStart_RecoveryFinished:
- * nothing runs on a standby, and the launcher starts when one is promoted.
+ * (launcher: interval, enabled, max_workers; a running worker: enabled,
+ * batch size and duty cycle).  Both are registered with
+ * BgWorkerStart_RecoveryFinished: nothing runs on a standby, and the
+ * launcher starts when one is promoted.
  * The launcher is restarted IDEM_LAUNCHER_RESTART_S after a crash; after a
  * crash of any server process, at once with the rest of the server.
  *
