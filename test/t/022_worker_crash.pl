@@ -2,7 +2,8 @@
 # while it deletes a large backlog of expired records.  Each batch is its
 # own transaction, so after recovery every record is either gone whole or
 # still there unchanged, no live record is lost or touched, and the worker
-# comes back and finishes the sweep.
+# comes back and finishes the sweep.  Last, the worker yields to a busy
+# client session.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -133,6 +134,23 @@ for (1 .. 60)
 }
 ok($started, 'the server starts again after the postmaster was killed');
 after_crash('kill -9 of the postmaster');
+
+# While a client session is busy the worker pauses between batches (the
+# Extension wait event), yielding to it; the sweep still finishes
+fill();
+my $busy = $node->background_psql('postgres');
+$busy->query_until(qr/busy/, "\\echo busy\nSELECT pg_sleep(6);\n");
+$node->safe_psql('postgres',
+	q{ALTER SYSTEM SET idempotency.enabled = on; SELECT pg_reload_conf()});
+ok( $node->poll_query_until(
+		'postgres', q{
+SELECT count(*) > 0 FROM pg_stat_activity
+WHERE backend_type = 'idempotency worker' AND wait_event_type = 'Extension'}),
+	'with a busy client session the worker pauses between batches');
+$busy->quit;
+ok( $node->poll_query_until(
+		'postgres', q{SELECT count(*) = 0 FROM idem_keys WHERE scope = 'bulk'}),
+	'and finishes the sweep');
 
 $node->stop;
 done_testing();
