@@ -493,7 +493,8 @@ ClientsBusy(void)
 
 	for (i = 1; i <= n && !busy; i++)
 	{
-#if PG_VERSION_NUM >= 170000
+#if PG_VERSION_NUM >= 160001
+		/* renamed in 16.1 */
 		LocalPgBackendStatus *local = pgstat_get_local_beentry_by_index(i);
 #else
 		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
