@@ -90,13 +90,6 @@ extern void IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 						 Jsonb *response, int32 response_status,
 						 text *resource_id, bool count_stats);
 extern bool IdemRelease(Oid nspid, text *scope, text *operation, text *key);
-
-/*
- * IdemLockKey: take the key lock of (scope, operation, key) until the end of
- * the transaction, as every writer of a record does first; false when it is
- * busy and !wait.
- */
-extern bool IdemLockKey(text *scope, text *operation, text *key, bool wait);
 extern Oid	IdemFunctionNamespace(FunctionCallInfo fcinfo);
 
 /* worker.c: maintenance settings and the background worker */

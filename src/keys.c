@@ -347,13 +347,6 @@ LockKey(text *scope, text *operation, text *key, bool wait)
 	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
-/* The key lock for other parts: the maintenance pass flags records under it */
-bool
-IdemLockKey(text *scope, text *operation, text *key, bool wait)
-{
-	return LockKey(scope, operation, key, wait);
-}
-
 /* Map the status column to its enum */
 static IdemStatus
 ParseStatus(text *t)

@@ -33,17 +33,17 @@
  *	  other way round, an idem_reserve renewing a record a batch has just
  *	  deleted waits for that batch's commit (one short transaction), finds
  *	  the row gone and inserts afresh (keys.c).
- *	- A flag batch flags each record under its key lock, taken without
- *	  waiting as keys.c's writers take it (IdemLockKey): a key that is busy
- *	  is left for the next pass, and idem_complete, idem_checkpoint or
- *	  idem_release never find a record changed under them.  The key locks
- *	  last until the batch commits; batches flag at most IDEM_FLAG_BATCH_MAX
- *	  records.
+ *	- A flag batch is an UPDATE of rows picked with FOR UPDATE SKIP LOCKED,
+ *	  which repeats its conditions: a record that idem_complete,
+ *	  idem_checkpoint or idem_release is writing is left for the next pass.
+ *	  Those functions, finding the record being flagged, wait for the batch
+ *	  and look again (keys.c), and idem_reserve answers in_progress
+ *	  meanwhile.
  * Each unit first takes RowExclusiveLock on idem_keys by OID and then checks
  * that the table still exists, so a concurrent DROP EXTENSION ends a worker
- * pass quietly instead of failing a query.  A reconciler is called under
- * the record's key lock (skipped when busy) and settles the record through
- * idem_complete or idem_release, which take that same lock again.
+ * pass quietly instead of failing a query.  A reconciler is called with the
+ * record locked FOR UPDATE (skipped when another transaction is writing it)
+ * and settles it through idem_complete or idem_release.
  *
  * Durability
  * ----------
@@ -112,12 +112,6 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
 #define Anum_idem_status		5
 #define Anum_idem_expires_at	12
 
-/*
- * Most records flagged per transaction: each holds its key lock until the
- * transaction ends, and the shared lock table is finite.
- */
-#define IDEM_FLAG_BATCH_MAX		1000
-
 /* Phases of a pass */
 #define PHASE_SWEEP				0x01
 #define PHASE_FLAG				0x02
@@ -127,8 +121,7 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
 /* The prepared statements, valid for one installation of the extension */
 typedef enum MaintPlan
 {
-	MPLAN_FLAG_CANDIDATES,
-	MPLAN_FLAG_ONE,
+	MPLAN_FLAG,
 	MPLAN_ANY_RECONCILER,
 	MPLAN_STUCK_LIST,
 	MPLAN_STUCK_ROW,
@@ -172,18 +165,18 @@ typedef struct PassState
 
 /* SQL texts; %1$s is the quoted schema of the extension */
 static const char *const mplan_sql[NUM_MPLANS] = {
-	[MPLAN_FLAG_CANDIDATES] =
-	"SELECT scope, operation, key FROM %1$s.idem_keys"
-	" WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
-	" AND updated_at OPERATOR(pg_catalog.<=) $1"
-	" LIMIT $2",
-	[MPLAN_FLAG_ONE] =
-	"UPDATE %1$s.idem_keys SET status = 'stuck'::pg_catalog.text"
-	" WHERE scope OPERATOR(pg_catalog.=) $1"
-	" AND operation OPERATOR(pg_catalog.=) $2"
-	" AND key OPERATOR(pg_catalog.=) $3"
+	[MPLAN_FLAG] =
+	"WITH flagged AS ("
+	" UPDATE %1$s.idem_keys SET status = 'stuck'::pg_catalog.text"
+	" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+	"  SELECT ctid FROM %1$s.idem_keys"
+	"  WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
+	"  AND updated_at OPERATOR(pg_catalog.<=) $1"
+	"  LIMIT $2 FOR UPDATE SKIP LOCKED))"
 	" AND status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
-	" AND updated_at OPERATOR(pg_catalog.<=) $4",
+	" AND updated_at OPERATOR(pg_catalog.<=) $1"
+	" RETURNING scope, operation, key)"
+	" SELECT scope, operation, key FROM flagged",
 	[MPLAN_ANY_RECONCILER] =
 	"SELECT 1 FROM %1$s.idem_reconcilers LIMIT 1",
 	[MPLAN_STUCK_LIST] =
@@ -197,7 +190,8 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 	" WHERE k.scope OPERATOR(pg_catalog.=) $1"
 	" AND k.operation OPERATOR(pg_catalog.=) $2"
 	" AND k.key OPERATOR(pg_catalog.=) $3"
-	" AND k.status OPERATOR(pg_catalog.=) 'stuck'::pg_catalog.text",
+	" AND k.status OPERATOR(pg_catalog.=) 'stuck'::pg_catalog.text"
+	" FOR UPDATE SKIP LOCKED",
 	[MPLAN_SET_RECONCILER] =
 	"INSERT INTO %1$s.idem_reconcilers AS r (operation, handler, run_as)"
 	" VALUES ($1, $2, $3)"
@@ -208,9 +202,8 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 	" WHERE operation OPERATOR(pg_catalog.=) $1",
 };
 
-static const Oid mplan_types[NUM_MPLANS][4] = {
-	[MPLAN_FLAG_CANDIDATES] = {TIMESTAMPTZOID, INT4OID},
-	[MPLAN_FLAG_ONE] = {TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
+static const Oid mplan_types[NUM_MPLANS][3] = {
+	[MPLAN_FLAG] = {TIMESTAMPTZOID, INT4OID},
 	[MPLAN_STUCK_LIST] = {INT4OID},
 	[MPLAN_STUCK_ROW] = {TEXTOID, TEXTOID, TEXTOID},
 	[MPLAN_SET_RECONCILER] = {TEXTOID, TEXTOID, REGROLEOID},
@@ -218,8 +211,7 @@ static const Oid mplan_types[NUM_MPLANS][4] = {
 };
 
 static const int mplan_nargs[NUM_MPLANS] = {
-	[MPLAN_FLAG_CANDIDATES] = 2,
-	[MPLAN_FLAG_ONE] = 4,
+	[MPLAN_FLAG] = 2,
 	[MPLAN_ANY_RECONCILER] = 0,
 	[MPLAN_STUCK_LIST] = 1,
 	[MPLAN_STUCK_ROW] = 3,
@@ -553,74 +545,43 @@ NotifyStuck(StringInfo buf, text *scope, text *operation, text *key)
 
 /*
  * Flag one batch of processing records last updated at or before cutoff
- * as stuck, with a NOTIFY each (sent when the transaction commits).  Each
- * record is flagged under its key lock, taken without waiting, as keys.c's
- * writers take it: a record whose key is busy (being completed,
- * checkpointed or released right now) is left for the next pass, and
- * idem_complete never finds the record changed under it.  The locks last
- * until the transaction ends, hence the small batches.  Returns the number
- * flagged and counts them per operation in idem_stats.
+ * as stuck, with a NOTIFY each (sent when the transaction commits).  The
+ * rows are picked with FOR UPDATE SKIP LOCKED: one that another transaction
+ * is writing (idem_complete, idem_checkpoint or idem_release under way) is
+ * left for the next pass.  Returns the number flagged and counts them per
+ * operation in idem_stats.
  */
 static int64
 FlagBatch(int batch_size, TimestampTz cutoff)
 {
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
-	SPITupleTable *candidates;
-	uint64		ncandidates;
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
 	StringInfoData buf;
 	OpCounts	oc;
-	int64		flagged = 0;
 	uint64		i;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
+	int64		total;
 
 	values[0] = TimestampTzGetDatum(cutoff);
 	values[1] = Int32GetDatum(batch_size);
-	RunPlan(MPLAN_FLAG_CANDIDATES, values, nulls);
-	candidates = SPI_tuptable;
-	ncandidates = SPI_processed;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	RunPlan(MPLAN_FLAG, values, nulls);
+	total = SPI_processed;
 
 	initStringInfo(&buf);
 	oc.n = 0;
-	for (i = 0; i < ncandidates; i++)
+	for (i = 0; i < SPI_processed; i++)
 	{
-		bool		isnull;
-		text	   *scope;
-		text	   *operation;
-		text	   *key;
-		Snapshot	snapshot;
-		int			rc;
+		text	   *operation = ResultText(i, 2);
 
-		scope = DatumGetTextPP(SPI_getbinval(candidates->vals[i], candidates->tupdesc, 1, &isnull));
-		operation = DatumGetTextPP(SPI_getbinval(candidates->vals[i], candidates->tupdesc, 2, &isnull));
-		key = DatumGetTextPP(SPI_getbinval(candidates->vals[i], candidates->tupdesc, 3, &isnull));
-		if (!IdemLockKey(scope, operation, key, false))
-			continue;
-
-		/* Under the lock, the latest committed state is the whole truth */
-		values[0] = PointerGetDatum(scope);
-		values[1] = PointerGetDatum(operation);
-		values[2] = PointerGetDatum(key);
-		values[3] = TimestampTzGetDatum(cutoff);
-		snapshot = RegisterSnapshot(GetLatestSnapshot());
-		rc = SPI_execute_snapshot(GetPlan(MPLAN_FLAG_ONE), values, nulls,
-								  snapshot, InvalidSnapshot, false, false, 0);
-		UnregisterSnapshot(snapshot);
-		if (rc < 0)
-			elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
-		if (SPI_processed == 0)
-			continue;			/* completed, checkpointed or released meanwhile */
-
-		NotifyStuck(&buf, scope, operation, key);
+		NotifyStuck(&buf, ResultText(i, 1), operation, ResultText(i, 3));
 		OpCountsAdd(&oc, operation, IDEM_STAT_FLAGGED_STUCK);
-		flagged++;
 	}
 	OpCountsFlush(&oc, IDEM_STAT_FLAGGED_STUCK);
 
 	SPI_finish();
-	return flagged;
+	return total;
 }
 
 /*
@@ -671,8 +632,10 @@ ListStuck(int limit, MemoryContext cxt)
 
 /*
  * The record as a composite datum of type idem_keys, in the current memory
- * context, if it is still stuck; otherwise (Datum) 0.  Read with the latest
- * snapshot: the caller holds the key lock.
+ * context, if it is still stuck, locked FOR UPDATE until the transaction
+ * ends; otherwise, or when another transaction is writing it, (Datum) 0.
+ * Read with the latest snapshot, so that the lock never meets a row version
+ * newer than the snapshot (no serialization failure in REPEATABLE READ).
  */
 static Datum
 FetchStuckRow(StuckRecord *rec)
@@ -691,7 +654,7 @@ FetchStuckRow(StuckRecord *rec)
 		elog(ERROR, "SPI_connect failed");
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	rc = SPI_execute_snapshot(GetPlan(MPLAN_STUCK_ROW), values, nulls,
-							  snapshot, InvalidSnapshot, true, false, 0);
+							  snapshot, InvalidSnapshot, false, false, 0);
 	UnregisterSnapshot(snapshot);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
@@ -776,12 +739,12 @@ CallReconciler(StuckRecord *rec, Datum row)
 }
 
 /*
- * Reconcile one stuck record in a subtransaction, holding its key lock:
- * while the reconciler runs, the application cannot settle the record
- * behind its back (idem_complete waits, idem_reserve answers in_progress).
+ * Reconcile one stuck record in a subtransaction, with the record locked
+ * (FetchStuckRow): while the reconciler runs, the application cannot settle
+ * it behind its back (its idem_complete waits, then finds it settled).
  * Returns 1 when the reconciler returned, -1 when it raised (reported as a
- * WARNING naming the key), 0 when the key is busy or the record no longer
- * stuck.
+ * WARNING naming the key), 0 when the record is no longer stuck or another
+ * transaction is writing it.
  */
 static int
 ReconcileOne(StuckRecord *rec)
@@ -791,8 +754,6 @@ ReconcileOne(StuckRecord *rec)
 	Datum		row;
 	volatile int result = 1;
 
-	if (!IdemLockKey(rec->scope, rec->operation, rec->key, false))
-		return 0;
 	row = FetchStuckRow(rec);
 	if (row == (Datum) 0)
 		return 0;
@@ -958,7 +919,7 @@ FlagPhase(PassState *ps)
 	for (;;)
 	{
 		TimestampTz start = GetCurrentTimestamp();
-		int			batch = Min(BatchSize(ps), IDEM_FLAG_BATCH_MAX);
+		int			batch = BatchSize(ps);
 		TimestampTz cutoff;
 		int64		n;
 		int64		batch_us;
@@ -969,7 +930,6 @@ FlagPhase(PassState *ps)
 		cutoff = TimestampTzPlusMilliseconds(GetCurrentTransactionStartTimestamp(),
 											 -(int64) idem_processing_timeout_ms);
 		n = FlagBatch(batch, cutoff);
-		CommandCounterIncrement();
 		UnitEnd(ps);
 		batch_us = NoteBatch(ps, start);
 		ps->counts->flagged += n;
