@@ -30,6 +30,14 @@
 #define IDEM_MAX_OPERATION_LEN	63
 #define IDEM_MAX_SCOPE_LEN		255
 
+/*
+ * Scopes beginning with this prefix hold the extension's own records and are
+ * refused by idem_reserve and friends.  idem_consume keeps its inbox records
+ * in scope IDEM_CONSUME_SCOPE, operation = consumer, key = message_id.
+ */
+#define IDEM_RESERVED_SCOPE_PREFIX	"idem:"
+#define IDEM_CONSUME_SCOPE			"idem:consume"
+
 /* SHA-256 digest length of a request fingerprint */
 #define IDEM_HASH_LEN			32
 
@@ -74,7 +82,9 @@ extern int	idem_processing_timeout_ms;
 extern const char *IdemOutcomeName(IdemOutcome outcome);
 extern int	IdemOutcomeHttpStatus(const IdemReservation *r);
 extern void IdemCheckOperation(text *operation);
+extern void IdemCheckOperationArg(text *operation, const char *argname);
 extern void IdemCheckKey(text *key);
+extern void IdemCheckKeyArg(text *key, const char *argname);
 extern void IdemCheckScope(text *scope);
 
 /*
@@ -86,6 +96,9 @@ extern void IdemCheckScope(text *scope);
 extern void IdemReserve(Oid nspid, text *scope, text *operation, text *key,
 						Jsonb *request, Interval *ttl, bool wait,
 						bool count_stats, IdemReservation *result);
+extern void IdemReserveCompleted(Oid nspid, text *scope, text *operation,
+								 text *key, Interval *ttl, bool wait,
+								 IdemReservation *result);
 extern void IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 						 Jsonb *response, int32 response_status,
 						 text *resource_id, bool count_stats);
@@ -139,6 +152,7 @@ extern void IdemMaintainDatabase(IdemTxnMode mode, Oid nspid,
 
 /* canonical.c */
 extern bytea *IdemHashJsonb(Jsonb *jb);
+extern text *IdemCanonicalJsonb(Jsonb *jb);
 
 /* stats.c: counters per (database, operation) */
 typedef enum IdemCounter

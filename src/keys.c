@@ -6,33 +6,46 @@
  *
  * Concurrency design
  * ------------------
- * Every writer of a record first takes the record's *key lock*: a
- * transaction-scoped heavyweight lock in the advisory lock space of the
- * current database, whose tag is a 64-bit hash of (scope, operation, key) and
- * whose fourth field is IDEM_LOCKTAG_SPACE, so it can never collide with the
- * two-int4 or int8 advisory locks the application takes.  pg_locks shows it
- * as locktype "advisory" with objsubid 26980.
+ * Every reservation starts with a *dirty* read of the record through the
+ * primary key (SnapshotDirty, as unique checks do): it shows committed rows
+ * whatever the caller's snapshot, and also rows that other transactions have
+ * inserted, updated or deleted but not yet committed, with the id of that
+ * transaction.
  *
- *	- idem_reserve tries the key lock without waiting.  When another open
- *	  transaction holds it, that transaction is reserving, completing,
- *	  releasing or checkpointing the same key right now, and the answer is
- *	  in_progress at once (or mismatch, when its row already carries another
- *	  fingerprint).  No unique-violation can arise: an INSERT only happens
- *	  while we hold the lock and see no row.
- *	- idem_complete, idem_release and idem_checkpoint wait for the key lock
- *	  (ordinary lock wait, with deadlock detection).
+ *	- A row another open transaction is writing means another request owns
+ *	  the key right now: idem_reserve answers in_progress at once (mismatch
+ *	  when that row carries another fingerprint); it never waits on the other
+ *	  transaction.  idem_consume(wait => true), idem_complete, idem_release
+ *	  and idem_checkpoint wait for it instead (XactLockTableWait) and look
+ *	  again.
+ *	- Otherwise the committed row, if any, decides: replay, stuck, mismatch or
+ *	  in_progress.  So a REPEATABLE READ or SERIALIZABLE transaction whose
+ *	  snapshot is older than another's commit still gets replay, never a
+ *	  duplicate, never a unique violation.
+ *	- To create (or renew an expired) record, the reserver briefly takes the
+ *	  *key lock* without waiting, reads again, writes, and releases the lock
+ *	  at once: from then on its uncommitted row is what the others see.  The
+ *	  key lock is a heavyweight lock in the advisory lock space of the
+ *	  database, tagged with a 64-bit hash of (scope, operation, key) and a
+ *	  fourth field IDEM_LOCKTAG_SPACE (objsubid 26980 in pg_locks), so it never
+ *	  collides with the application's own advisory locks.  Because it is held
+ *	  only around the write, a transaction may reserve any number of keys
+ *	  without filling the lock table.
+ *	- Completing, releasing and checkpointing update the row in place with
+ *	  the table AM; a concurrent writer makes the update wait and then report
+ *	  the row changed, and the loop reads it again.
  *
- * Holding the key lock, we read the record with a fresh snapshot taken after
- * the lock was granted (GetLatestSnapshot), as PostgreSQL's foreign-key checks
- * do.  The previous holder had committed or aborted before releasing the
- * lock, so that snapshot shows the true state of the key at any isolation
- * level: a REPEATABLE READ or SERIALIZABLE transaction whose snapshot is older
- * than the other transaction's commit still gets replay, never a duplicate.
- * Writes run through SPI with the same snapshot.
+ * Reads go straight through the primary-key index, and writes straight to
+ * the heap and its indexes (table_tuple_insert/update/delete and
+ * ExecInsertIndexTuples): no SQL is planned or parsed, so nothing on the
+ * caller's search_path can change what they do, and the hot path costs no
+ * executor start-up.  Privileges are checked as the statement would
+ * (SELECT to read, INSERT/UPDATE/DELETE to write); row-level security on
+ * idem_keys is refused, and triggers on it do not fire.
  *
- * Reads go straight through the primary-key index; writes are prepared SPI
- * statements with schema-qualified names and OPERATOR(pg_catalog.=), so
- * nothing on the caller's search_path can change what they do.
+ * The only other writer is the sweeper, which deletes expired completed
+ * records.  If it deletes a record that idem_reserve is renewing, the update
+ * finds it gone (after waiting for the sweeper's short batch) and inserts.
  *
  *-------------------------------------------------------------------------
  */
@@ -47,7 +60,8 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
-#include "executor/spi.h"
+#include "executor/executor.h"
+#include "nodes/makefuncs.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -110,26 +124,36 @@ typedef struct IdemRecord
 	TimestampTz updated_at;
 	TimestampTz expires_at;
 	bool		mine;			/* written by the current transaction */
+	HeapTuple	tuple;			/* the whole row, for updates */
+	ItemPointerData tid;
+	/* with a dirty snapshot: another open transaction writing this row */
+	TransactionId other;
+	bool		other_deletes;	/* ... deleting it (not updating it) */
 } IdemRecord;
 
-/* The prepared statements, valid for one idem_keys relation */
-typedef enum IdemPlan
-{
-	PLAN_INSERT,
-	PLAN_RENEW,
-	PLAN_COMPLETE,
-	PLAN_CHECKPOINT,
-	PLAN_DELETE,
-	NUM_PLANS
-} IdemPlan;
-
+/* Where idem_keys and its primary key are, for one extension schema */
 typedef struct IdemCatalog
 {
 	Oid			nspid;
 	Oid			relid;
 	Oid			indexid;
-	SPIPlanPtr	plans[NUM_PLANS];
 } IdemCatalog;
+
+/* What a SQL-callable function caches across calls in fn_extra */
+typedef struct IdemFnCache
+{
+	Oid			nspid;
+	TupleDesc	tupdesc;		/* result row of idem_reserve */
+} IdemFnCache;
+
+/* An open idem_keys with what direct writes need */
+typedef struct IdemWriter
+{
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *slot;
+} IdemWriter;
 
 static IdemCatalog idem_catalog;
 
@@ -227,18 +251,32 @@ CheckLength(text *arg, const char *name, int maxlen, bool allow_empty)
 void
 IdemCheckOperation(text *operation)
 {
-	CheckLength(operation, "operation", IDEM_MAX_OPERATION_LEN, false);
+	IdemCheckOperationArg(operation, "operation");
+}
+
+/* Check an argument used as an operation; errors name it argname */
+void
+IdemCheckOperationArg(text *operation, const char *argname)
+{
+	CheckLength(operation, argname, IDEM_MAX_OPERATION_LEN, false);
 }
 
 /* Check the key argument: 1 to 255 bytes of printable ASCII */
 void
 IdemCheckKey(text *key)
 {
+	IdemCheckKeyArg(key, "key");
+}
+
+/* Check an argument used as a key; errors name it argname */
+void
+IdemCheckKeyArg(text *key, const char *argname)
+{
 	const unsigned char *p;
 	int			len;
 	int			i;
 
-	CheckLength(key, "key", IDEM_MAX_KEY_LEN, false);
+	CheckLength(key, argname, IDEM_MAX_KEY_LEN, false);
 	p = (const unsigned char *) VARDATA_ANY(key);
 	len = VARSIZE_ANY_EXHDR(key);
 	for (i = 0; i < len; i++)
@@ -246,45 +284,93 @@ IdemCheckKey(text *key)
 		if (p[i] < 0x20 || p[i] > 0x7E)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("argument \"key\" contains a character outside printable ASCII"),
+					 errmsg("argument \"%s\" contains a character outside printable ASCII",
+							argname),
 					 errdetail("Byte 0x%02x at position %d is not between 0x20 and 0x7e.",
 							   p[i], i + 1),
 					 errhint("Use printable ASCII keys, such as a UUID; encode other identifiers, for example as hex.")));
 	}
 }
 
-/* Check the scope argument: not NULL, at most 255 bytes, may be empty */
+/*
+ * Check the scope argument: not NULL, at most 255 bytes, may be empty, and
+ * not in the prefix reserved for the extension's own records (idem_consume's)
+ */
 void
 IdemCheckScope(text *scope)
 {
+	int			plen = strlen(IDEM_RESERVED_SCOPE_PREFIX);
+
 	CheckLength(scope, "scope", IDEM_MAX_SCOPE_LEN, true);
+	if (VARSIZE_ANY_EXHDR(scope) >= plen &&
+		memcmp(VARDATA_ANY(scope), IDEM_RESERVED_SCOPE_PREFIX, plen) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"scope\" must not begin with \"%s\"",
+						IDEM_RESERVED_SCOPE_PREFIX),
+				 errdetail("Scopes beginning with \"%s\" are reserved for the extension's own records, such as idem_consume's.",
+						   IDEM_RESERVED_SCOPE_PREFIX),
+				 errhint("Choose another scope.")));
+}
+
+/* The per-call-site cache of a SQL-callable function */
+static IdemFnCache *
+GetFnCache(FunctionCallInfo fcinfo)
+{
+	FmgrInfo   *flinfo = fcinfo->flinfo;
+
+	if (flinfo->fn_extra == NULL)
+	{
+		IdemFnCache *cache = MemoryContextAllocZero(flinfo->fn_mcxt,
+													sizeof(IdemFnCache));
+
+		cache->nspid = get_func_namespace(flinfo->fn_oid);
+		flinfo->fn_extra = cache;
+	}
+	return (IdemFnCache *) flinfo->fn_extra;
 }
 
 /* Namespace of the extension, found from the called function itself */
 Oid
 IdemFunctionNamespace(FunctionCallInfo fcinfo)
 {
-	FmgrInfo   *flinfo = fcinfo->flinfo;
+	return GetFnCache(fcinfo)->nspid;
+}
 
-	if (flinfo->fn_extra == NULL)
+/* Column names of idem_keys, in attribute number order */
+static const char *const idem_columns[Natts_idem_keys] = {
+	"scope", "operation", "key", "request_hash", "status", "response_status",
+	"response", "resource_id", "recovery_point", "created_at", "updated_at",
+	"expires_at"
+};
+
+/* Refuse to write into an idem_keys whose columns were altered */
+static void
+CheckColumns(Oid relid)
+{
+	int			i;
+
+	for (i = 0; i < Natts_idem_keys; i++)
 	{
-		Oid		   *nsp = MemoryContextAlloc(flinfo->fn_mcxt, sizeof(Oid));
+		char	   *name = get_attname(relid, i + 1, true);
 
-		*nsp = get_func_namespace(flinfo->fn_oid);
-		flinfo->fn_extra = nsp;
+		if (name == NULL || strcmp(name, idem_columns[i]) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("table \"idem_keys\" has been altered"),
+					 errdetail("Column %d should be \"%s\".", i + 1, idem_columns[i]),
+					 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;")));
 	}
-	return *(Oid *) flinfo->fn_extra;
 }
 
 /*
- * Find idem_keys in the extension's schema and make sure the cached plans
- * belong to it; after DROP/CREATE EXTENSION they are prepared again.
+ * Find idem_keys in the extension's schema; after DROP/CREATE EXTENSION the
+ * cache follows the new relation.
  */
 static IdemCatalog *
 GetCatalog(Oid nspid)
 {
 	Oid			relid = get_relname_relid("idem_keys", nspid);
-	int			i;
 
 	if (!OidIsValid(relid))
 		ereport(ERROR,
@@ -294,12 +380,7 @@ GetCatalog(Oid nspid)
 
 	if (idem_catalog.relid != relid || idem_catalog.nspid != nspid)
 	{
-		for (i = 0; i < NUM_PLANS; i++)
-		{
-			if (idem_catalog.plans[i])
-				SPI_freeplan(idem_catalog.plans[i]);
-			idem_catalog.plans[i] = NULL;
-		}
+		CheckColumns(relid);
 		idem_catalog.nspid = nspid;
 		idem_catalog.relid = relid;
 		idem_catalog.indexid = get_relname_relid("idem_keys_pkey", nspid);
@@ -309,15 +390,22 @@ GetCatalog(Oid nspid)
 	return &idem_catalog;
 }
 
+/* Check a privilege on idem_keys as the equivalent statement would */
+static void
+CheckPrivilege(Oid relid, AclMode mode)
+{
+	AclResult	aclresult;
+
+	aclresult = pg_class_aclcheck(relid, GetUserId(), mode);
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, OBJECT_TABLE, get_rel_name(relid));
+}
+
 /* Refuse to read past privileges or row-level security */
 static void
 CheckReadable(Oid relid)
 {
-	AclResult	aclresult;
-
-	aclresult = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
-	if (aclresult != ACLCHECK_OK)
-		aclcheck_error(aclresult, OBJECT_TABLE, get_rel_name(relid));
+	CheckPrivilege(relid, ACL_SELECT);
 	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -325,11 +413,10 @@ CheckReadable(Oid relid)
 				 errhint("Separate tenants with the \"scope\" argument instead.")));
 }
 
-/* Take the key lock of (scope, operation, key); false if busy and !wait */
-static bool
-LockKey(text *scope, text *operation, text *key, bool wait)
+/* The key lock's tag for (scope, operation, key) */
+static void
+KeyLockTag(LOCKTAG *tag, text *scope, text *operation, text *key)
 {
-	LOCKTAG		tag;
 	uint64		h;
 
 	/* Separate the parts by their lengths so that ("a","bc") != ("ab","c") */
@@ -342,10 +429,10 @@ LockKey(text *scope, text *operation, text *key, bool wait)
 							VARSIZE_ANY_EXHDR(scope),
 							h ^ ((uint64) VARSIZE_ANY_EXHDR(scope) << 32));
 
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 IDEM_LOCKTAG_SPACE);
-	return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
+
 
 /* Map the status column to its enum */
 static IdemStatus
@@ -426,6 +513,18 @@ FetchRecord(IdemCatalog *cat, Snapshot snapshot, text *scope, text *operation,
 
 		d = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
 		rec->mine = !isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(d));
+		rec->tuple = ExecCopySlotHeapTuple(slot);
+		rec->tid = slot->tts_tid;
+
+		if (snapshot->snapshot_type == SNAPSHOT_DIRTY)
+		{
+			/* A new row version carries xmin, an old one being replaced xmax */
+			rec->other = TransactionIdIsValid(snapshot->xmin) ?
+				snapshot->xmin : snapshot->xmax;
+			rec->other_deletes = !TransactionIdIsValid(snapshot->xmin) &&
+				TransactionIdIsValid(snapshot->xmax) &&
+				ItemPointerEquals(&rec->tuple->t_self, &rec->tuple->t_data->t_ctid);
+		}
 
 		if (tuple_out)
 		{
@@ -462,97 +561,138 @@ HashDiffers(bytea *a, bytea *b)
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) != 0;
 }
 
-/* SQL text and parameter types of each prepared statement */
-static const char *const plan_sql[NUM_PLANS] = {
-	[PLAN_INSERT] =
-	"INSERT INTO %s.idem_keys (scope, operation, key, request_hash, status,"
-	" created_at, updated_at, expires_at)"
-	" VALUES ($1, $2, $3, $4, 'processing', $5, $5, $6)",
-	[PLAN_RENEW] =
-	"UPDATE %s.idem_keys SET request_hash = $4, status = 'processing',"
-	" response_status = NULL, response = NULL, resource_id = NULL,"
-	" recovery_point = NULL, created_at = $5, updated_at = $5, expires_at = $6"
-	" WHERE scope OPERATOR(pg_catalog.=) $1 AND operation OPERATOR(pg_catalog.=) $2"
-	" AND key OPERATOR(pg_catalog.=) $3",
-	[PLAN_COMPLETE] =
-	"UPDATE %s.idem_keys SET status = 'completed', response = $4,"
-	" response_status = $5, resource_id = $6, updated_at = $7"
-	" WHERE scope OPERATOR(pg_catalog.=) $1 AND operation OPERATOR(pg_catalog.=) $2"
-	" AND key OPERATOR(pg_catalog.=) $3",
-	[PLAN_CHECKPOINT] =
-	"UPDATE %s.idem_keys SET status = 'processing', recovery_point = $4,"
-	" updated_at = $5"
-	" WHERE scope OPERATOR(pg_catalog.=) $1 AND operation OPERATOR(pg_catalog.=) $2"
-	" AND key OPERATOR(pg_catalog.=) $3",
-	[PLAN_DELETE] =
-	"DELETE FROM %s.idem_keys"
-	" WHERE scope OPERATOR(pg_catalog.=) $1 AND operation OPERATOR(pg_catalog.=) $2"
-	" AND key OPERATOR(pg_catalog.=) $3",
-};
-
-static const Oid plan_types[NUM_PLANS][7] = {
-	[PLAN_INSERT] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
-	[PLAN_RENEW] = {TEXTOID, TEXTOID, TEXTOID, BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID},
-	[PLAN_COMPLETE] = {TEXTOID, TEXTOID, TEXTOID, JSONBOID, INT4OID, TEXTOID, TIMESTAMPTZOID},
-	[PLAN_CHECKPOINT] = {TEXTOID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
-	[PLAN_DELETE] = {TEXTOID, TEXTOID, TEXTOID},
-};
-
-static const int plan_nargs[NUM_PLANS] = {
-	[PLAN_INSERT] = 6,
-	[PLAN_RENEW] = 6,
-	[PLAN_COMPLETE] = 7,
-	[PLAN_CHECKPOINT] = 5,
-	[PLAN_DELETE] = 3,
-};
-
-/*
- * Run one prepared write with the given snapshot and return the number of
- * rows it touched.  values[0..2] are always scope, operation and key.
- */
-static uint64
-RunPlan(IdemCatalog *cat, IdemPlan which, Snapshot snapshot,
-		Datum *values, const char *nulls)
+/* Open idem_keys for direct writes after checking the privilege for them */
+static void
+WriterOpen(IdemCatalog *cat, AclMode mode, IdemWriter *w)
 {
-	int			rc;
-	uint64		processed;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-
-	if (cat->plans[which] == NULL)
-	{
-		char	   *nspname = get_namespace_name(cat->nspid);
-		char	   *sql = psprintf(plan_sql[which], quote_identifier(nspname));
-		SPIPlanPtr	plan;
-
-		plan = SPI_prepare(sql, plan_nargs[which], (Oid *) plan_types[which]);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
-				 sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed");
-		cat->plans[which] = plan;
-	}
-
-	rc = SPI_execute_snapshot(cat->plans[which], values, nulls,
-							  snapshot, InvalidSnapshot, false, true, 0);
-	if (rc < 0)
-		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
-	processed = SPI_processed;
-
-	SPI_finish();
-	return processed;
+	CheckPrivilege(cat->relid, mode);
+	w->rel = table_open(cat->relid, RowExclusiveLock);
+	w->estate = CreateExecutorState();
+	w->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(w->rri, w->rel, 1, NULL, 0);
+	ExecOpenIndices(w->rri, false);
+	w->slot = MakeSingleTupleTableSlot(RelationGetDescr(w->rel), &TTSOpsHeapTuple);
 }
 
-/* Fill the key columns of a parameter array */
+/* Close the writer and make its changes visible to what follows */
 static void
-KeyParams(Datum *values, char *nulls, text *scope, text *operation, text *key)
+WriterClose(IdemWriter *w)
 {
-	values[0] = PointerGetDatum(scope);
-	values[1] = PointerGetDatum(operation);
-	values[2] = PointerGetDatum(key);
-	nulls[0] = nulls[1] = nulls[2] = ' ';
+	ExecDropSingleTupleTableSlot(w->slot);
+	ExecCloseIndices(w->rri);
+	FreeExecutorState(w->estate);
+	table_close(w->rel, NoLock);
+	CommandCounterIncrement();
+}
+
+/*
+ * Add index entries for the tuple in the writer's slot.  "update" is passed
+ * as false even after a non-HOT update: it only asks the executor whether
+ * the indexed columns changed, which needs a range table we do not build,
+ * and it only serves as a hint for bottom-up index deletion.
+ */
+static void
+InsertIndexEntries(IdemWriter *w)
+{
+#if PG_VERSION_NUM >= 160000
+	ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL, false);
+#else
+	ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL);
+#endif
+}
+
+/* Raise 40001 for a record changed twice by one command (a trigger, say) */
+static void
+ReportConcurrentChange(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access due to concurrent update of an idempotency record"),
+			 errhint("Retry the transaction; change idem_keys only through the idem_ functions.")));
+}
+
+/* Insert a new row into idem_keys */
+static void
+InsertRow(IdemWriter *w, Datum *values, bool *nulls)
+{
+	HeapTuple	tuple = heap_form_tuple(RelationGetDescr(w->rel), values, nulls);
+
+	ExecStoreHeapTuple(tuple, w->slot, true);
+	table_tuple_insert(w->rel, w->slot, GetCurrentCommandId(true), 0, NULL);
+	InsertIndexEntries(w);
+}
+
+/*
+ * Replace the columns marked in replace[] of a fetched row, waiting for a
+ * concurrent writer of the row.  Anything but TM_Ok means the row changed
+ * meanwhile and must be read again.
+ */
+static TM_Result
+UpdateRow(IdemWriter *w, IdemRecord *rec, Datum *values, bool *nulls, bool *replace)
+{
+	HeapTuple	tuple;
+	TM_Result	result;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+#else
+	bool		update_indexes;
+#endif
+
+	tuple = heap_modify_tuple(rec->tuple, RelationGetDescr(w->rel), values, nulls, replace);
+	ExecStoreHeapTuple(tuple, w->slot, true);
+	result = table_tuple_update(w->rel, &rec->tid, w->slot, GetCurrentCommandId(true),
+								InvalidSnapshot, InvalidSnapshot, true, &tmfd, &lockmode,
+								&update_indexes);
+	if (result == TM_SelfModified)
+		ReportConcurrentChange();
+#if PG_VERSION_NUM >= 160000
+	if (result == TM_Ok && update_indexes != TU_None)
+#else
+	if (result == TM_Ok && update_indexes)
+#endif
+		InsertIndexEntries(w);
+	return result;
+}
+
+/* Delete a fetched row, waiting for a concurrent writer of it */
+static TM_Result
+DeleteRow(IdemWriter *w, IdemRecord *rec)
+{
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	result = table_tuple_delete(w->rel, &rec->tid, GetCurrentCommandId(true),
+								InvalidSnapshot, InvalidSnapshot, true, &tmfd, false);
+	if (result == TM_SelfModified)
+		ReportConcurrentChange();
+	return result;
+}
+
+/* Start column arrays for a row: all NULL, nothing replaced */
+static void
+InitRow(Datum *values, bool *nulls, bool *replace)
+{
+	int			i;
+
+	for (i = 0; i < Natts_idem_keys; i++)
+	{
+		values[i] = (Datum) 0;
+		nulls[i] = true;
+		if (replace)
+			replace[i] = false;
+	}
+}
+
+/* Set column attnum of a row (ptr NULL means SQL NULL) */
+static inline void
+SetColumn(Datum *values, bool *nulls, bool *replace, int attnum, Datum value, bool isnull)
+{
+	values[attnum - 1] = value;
+	nulls[attnum - 1] = isnull;
+	if (replace)
+		replace[attnum - 1] = true;
 }
 
 /* expires_at of a record reserved now with the given ttl (NULL: default) */
@@ -577,100 +717,160 @@ ExpiryTime(TimestampTz now, Interval *ttl)
 	return expires_at;
 }
 
+/* Fill a reservation from a live record that nobody else is writing */
+static void
+ClassifyRecord(const IdemRecord *rec, bytea *hash, TimestampTz now,
+			   IdemReservation *result)
+{
+	if (HashDiffers(rec->request_hash, hash))
+		result->outcome = IDEM_MISMATCH;
+	else if (rec->status == STATUS_COMPLETED)
+	{
+		result->outcome = IDEM_REPLAY;
+		result->has_response_status = rec->has_response_status;
+		result->response_status = rec->response_status;
+		result->response = rec->response;
+		result->resource_id = rec->resource_id;
+		result->recovery_point = rec->recovery_point;
+		result->has_expires_at = true;
+		result->expires_at = rec->expires_at;
+	}
+	else if (rec->status == STATUS_STUCK ||
+			 (!rec->mine &&
+			  TimestampDifferenceExceeds(rec->updated_at, now,
+										 idem_processing_timeout_ms)))
+	{
+		result->outcome = IDEM_STUCK;
+		result->resource_id = rec->resource_id;
+		result->recovery_point = rec->recovery_point;
+	}
+	else
+		result->outcome = IDEM_IN_PROGRESS;
+}
+
+/*
+ * Create the record, or renew the expired one in place: processing, or
+ * completed at once (with no response) for idem_consume
+ */
+static void
+WriteReservation(IdemCatalog *cat, IdemRecord *rec, bool found,
+				 text *scope, text *operation, text *key, bytea *hash,
+				 TimestampTz now, TimestampTz expires_at, bool completed)
+{
+	IdemWriter	w;
+	Datum		values[Natts_idem_keys];
+	bool		nulls[Natts_idem_keys];
+	bool		replace[Natts_idem_keys];
+
+	/* Every column, so that the same arrays insert or renew */
+	InitRow(values, nulls, replace);
+	SetColumn(values, nulls, replace, Anum_scope, PointerGetDatum(scope), false);
+	SetColumn(values, nulls, replace, Anum_operation, PointerGetDatum(operation), false);
+	SetColumn(values, nulls, replace, Anum_key, PointerGetDatum(key), false);
+	SetColumn(values, nulls, replace, Anum_request_hash, PointerGetDatum(hash), hash == NULL);
+	SetColumn(values, nulls, replace, Anum_status,
+			  CStringGetTextDatum(completed ? "completed" : "processing"), false);
+	SetColumn(values, nulls, replace, Anum_response_status, (Datum) 0, true);
+	SetColumn(values, nulls, replace, Anum_response, (Datum) 0, true);
+	SetColumn(values, nulls, replace, Anum_resource_id, (Datum) 0, true);
+	SetColumn(values, nulls, replace, Anum_recovery_point, (Datum) 0, true);
+	SetColumn(values, nulls, replace, Anum_created_at, TimestampTzGetDatum(now), false);
+	SetColumn(values, nulls, replace, Anum_updated_at, TimestampTzGetDatum(now), false);
+	SetColumn(values, nulls, replace, Anum_expires_at, TimestampTzGetDatum(expires_at), false);
+
+	/*
+	 * A row the sweeper is deleting is left to it: inserting then waits in
+	 * the unique check for its short batch to commit.  If the sweeper
+	 * deletes a row we renew, the update reports it gone and we insert.
+	 */
+	WriterOpen(cat, found ? ACL_UPDATE | ACL_INSERT : ACL_INSERT, &w);
+	if (!found || rec->other_deletes ||
+		UpdateRow(&w, rec, values, nulls, replace) == TM_Deleted)
+		InsertRow(&w, values, nulls);
+	WriterClose(&w);
+}
+
 /*
  * Reserve (scope, operation, key) for the current transaction, or say why
- * not.  The outcomes and their order are the contract's table.
+ * not.  The outcomes and their order are the contract's table; the
+ * concurrency rules are in the file header.  With completed, the new record
+ * is written completed at once.
  */
-void
-IdemReserve(Oid nspid, text *scope, text *operation, text *key,
-			Jsonb *request, Interval *ttl, bool wait, bool count_stats,
-			IdemReservation *result)
+static void
+ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
+			  Jsonb *request, Interval *ttl, bool wait, bool count_stats,
+			  bool completed, IdemReservation *result)
 {
 	IdemCatalog *cat = GetCatalog(nspid);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires_at = ExpiryTime(now, ttl);
 	bytea	   *hash = request ? IdemHashJsonb(request) : NULL;
-	IdemRecord	rec;
-	bool		found;
-	Snapshot	snapshot;
+	LOCKTAG		tag;
+	bool		locked = false;
 
 	memset(result, 0, sizeof(*result));
 	CheckReadable(cat->relid);
+	KeyLockTag(&tag, scope, operation, key);
 
-	if (!LockKey(scope, operation, key, wait))
+	for (;;)
 	{
 		SnapshotData dirty;
+		IdemRecord	rec;
+		bool		found;
+		bool		live;
 
-		/*
-		 * Another open transaction holds the key.  Its row may already carry
-		 * a fingerprint; a different one is a mismatch whatever becomes of
-		 * that transaction, so say so now rather than depend on timing.
-		 */
 		InitDirtySnapshot(dirty);
 		found = FetchRecord(cat, &dirty, scope, operation, key, &rec, NULL);
-		if (found && !IsExpired(&rec, now) && HashDiffers(rec.request_hash, hash))
-			result->outcome = IDEM_MISMATCH;
-		else
-			result->outcome = IDEM_IN_PROGRESS;
-		goto done;
-	}
+		live = found && !IsExpired(&rec, now);
 
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	found = FetchRecord(cat, snapshot, scope, operation, key, &rec, NULL);
-
-	if (found && !IsExpired(&rec, now))
-	{
-		if (HashDiffers(rec.request_hash, hash))
-			result->outcome = IDEM_MISMATCH;
-		else if (rec.status == STATUS_COMPLETED)
+		if (found && TransactionIdIsValid(rec.other) && (live || !rec.other_deletes))
 		{
-			result->outcome = IDEM_REPLAY;
-			result->has_response_status = rec.has_response_status;
-			result->response_status = rec.response_status;
-			result->response = rec.response;
-			result->resource_id = rec.resource_id;
-			result->recovery_point = rec.recovery_point;
-			result->has_expires_at = true;
-			result->expires_at = rec.expires_at;
+			/*
+			 * Another open transaction is writing this key.  A different
+			 * fingerprint is a mismatch whatever becomes of it, so say so now
+			 * rather than depend on timing.
+			 */
+			if (live && HashDiffers(rec.request_hash, hash))
+				result->outcome = IDEM_MISMATCH;
+			else if (wait && !locked)
+			{
+				XactLockTableWait(rec.other, NULL, NULL, XLTW_None);
+				continue;
+			}
+			else
+				result->outcome = IDEM_IN_PROGRESS;
+			break;
 		}
-		else if (rec.status == STATUS_STUCK ||
-				 (!rec.mine &&
-				  TimestampDifferenceExceeds(rec.updated_at, now,
-											 idem_processing_timeout_ms)))
+		if (live)
 		{
-			result->outcome = IDEM_STUCK;
-			result->resource_id = rec.resource_id;
-			result->recovery_point = rec.recovery_point;
+			ClassifyRecord(&rec, hash, now, result);
+			break;
 		}
-		else
-			result->outcome = IDEM_IN_PROGRESS;
-	}
-	else
-	{
-		Datum		values[6];
-		char		nulls[6];
 
-		KeyParams(values, nulls, scope, operation, key);
-		values[3] = PointerGetDatum(hash);
-		nulls[3] = hash ? ' ' : 'n';
-		values[4] = TimestampTzGetDatum(now);
-		values[5] = TimestampTzGetDatum(expires_at);
-		nulls[4] = nulls[5] = ' ';
+		/* Absent or expired: take the key lock, then look once more */
+		if (!locked)
+		{
+			if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
+			{
+				result->outcome = IDEM_IN_PROGRESS;
+				break;
+			}
+			locked = true;
+			continue;
+		}
 
-		/*
-		 * An expired record is renewed in place.  If the sweeper deleted it
-		 * meanwhile (READ COMMITTED re-check finds nothing), insert afresh.
-		 */
-		if (!found || RunPlan(cat, PLAN_RENEW, snapshot, values, nulls) == 0)
-			RunPlan(cat, PLAN_INSERT, snapshot, values, nulls);
-
+		WriteReservation(cat, &rec, found, scope, operation, key, hash, now,
+						 expires_at, completed);
 		result->outcome = IDEM_NEW;
 		result->has_expires_at = true;
 		result->expires_at = expires_at;
+		break;
 	}
-	UnregisterSnapshot(snapshot);
 
-done:
+	/* Our uncommitted row, if any, now speaks for the key */
+	if (locked)
+		LockRelease(&tag, ExclusiveLock, false);
+
 	if (count_stats)
 	{
 		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
@@ -680,36 +880,63 @@ done:
 	}
 }
 
+/* Reserve for the caller, who runs the effect and then completes or releases */
+void
+IdemReserve(Oid nspid, text *scope, text *operation, text *key,
+			Jsonb *request, Interval *ttl, bool wait, bool count_stats,
+			IdemReservation *result)
+{
+	ReserveRecord(nspid, scope, operation, key, request, ttl, wait,
+				  count_stats, false, result);
+}
+
 /*
- * Take the key lock, waiting for it, and read the live record with a fresh
- * snapshot.  Returns the registered snapshot (the caller unregisters it), or
- * NULL when there is no live record.  A completed record raises ID002: the
- * action would let a retry run the effect twice.
+ * Reserve and complete in one write, with no request and no response, for
+ * idem_consume: its effect runs later in the same transaction, and a record
+ * that is never committed unfinished needs no processing state.  Not
+ * counted in idem_stats; the caller counts consumed or duplicates.
  */
-static Snapshot
-LockLiveRecord(IdemCatalog *cat, text *scope, text *operation, text *key,
+void
+IdemReserveCompleted(Oid nspid, text *scope, text *operation, text *key,
+					 Interval *ttl, bool wait, IdemReservation *result)
+{
+	ReserveRecord(nspid, scope, operation, key, NULL, ttl, wait, false, true,
+				  result);
+}
+
+/*
+ * Read the live record to complete, release or checkpoint, waiting for any
+ * other open transaction writing it.  Returns false when there is no live
+ * record; a completed record raises ID002: the action would let a retry run
+ * the effect twice.
+ */
+static bool
+FetchForChange(IdemCatalog *cat, text *scope, text *operation, text *key,
 			   IdemRecord *rec, const char *action)
 {
-	Snapshot	snapshot;
-
-	CheckReadable(cat->relid);
-	LockKey(scope, operation, key, true);
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	if (!FetchRecord(cat, snapshot, scope, operation, key, rec, NULL) ||
-		IsExpired(rec, GetCurrentTransactionStartTimestamp()))
+	for (;;)
 	{
-		UnregisterSnapshot(snapshot);
-		return NULL;
+		SnapshotData dirty;
+
+		InitDirtySnapshot(dirty);
+		if (!FetchRecord(cat, &dirty, scope, operation, key, rec, NULL) ||
+			IsExpired(rec, GetCurrentTransactionStartTimestamp()))
+			return false;
+		if (TransactionIdIsValid(rec->other))
+		{
+			XactLockTableWait(rec->other, NULL, NULL, XLTW_None);
+			continue;
+		}
+		if (rec->status == STATUS_COMPLETED)
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEM_KEY_COMPLETED),
+					 errmsg("cannot %s idempotency key \"%s\": it is already completed",
+							action, text_to_cstring(key)),
+					 errdetail("Operation \"%s\", scope \"%s\".",
+							   text_to_cstring(operation), text_to_cstring(scope)),
+					 errhint("A completed key keeps its result until it expires; a retry with it replays that result.")));
+		return true;
 	}
-	if (rec->status == STATUS_COMPLETED)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEM_KEY_COMPLETED),
-				 errmsg("cannot %s idempotency key \"%s\": it is already completed",
-						action, text_to_cstring(key)),
-				 errdetail("Operation \"%s\", scope \"%s\".",
-						   text_to_cstring(operation), text_to_cstring(scope)),
-				 errhint("A completed key keeps its result until it expires; a retry with it replays that result.")));
-	return snapshot;
 }
 
 /* Raise ID001 for a key with no live record */
@@ -733,25 +960,28 @@ IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 {
 	IdemCatalog *cat = GetCatalog(nspid);
 	IdemRecord	rec;
-	Snapshot	snapshot;
-	Datum		values[7];
-	char		nulls[7];
+	IdemWriter	w;
+	Datum		values[Natts_idem_keys];
+	bool		nulls[Natts_idem_keys];
+	bool		replace[Natts_idem_keys];
+	TM_Result	result;
 
-	snapshot = LockLiveRecord(cat, scope, operation, key, &rec, "complete");
-	if (snapshot == NULL)
-		ReportNotFound(scope, operation, key, "complete");
-
-	KeyParams(values, nulls, scope, operation, key);
-	values[3] = PointerGetDatum(response);
-	nulls[3] = response ? ' ' : 'n';
-	values[4] = Int32GetDatum(response_status);
-	nulls[4] = ' ';
-	values[5] = PointerGetDatum(resource_id);
-	nulls[5] = resource_id ? ' ' : 'n';
-	values[6] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	nulls[6] = ' ';
-	RunPlan(cat, PLAN_COMPLETE, snapshot, values, nulls);
-	UnregisterSnapshot(snapshot);
+	CheckReadable(cat->relid);
+	InitRow(values, nulls, replace);
+	SetColumn(values, nulls, replace, Anum_status, CStringGetTextDatum("completed"), false);
+	SetColumn(values, nulls, replace, Anum_response, PointerGetDatum(response), response == NULL);
+	SetColumn(values, nulls, replace, Anum_response_status, Int32GetDatum(response_status), false);
+	SetColumn(values, nulls, replace, Anum_resource_id, PointerGetDatum(resource_id), resource_id == NULL);
+	SetColumn(values, nulls, replace, Anum_updated_at,
+			  TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
+	WriterOpen(cat, ACL_UPDATE, &w);
+	do
+	{
+		if (!FetchForChange(cat, scope, operation, key, &rec, "complete"))
+			ReportNotFound(scope, operation, key, "complete");
+		result = UpdateRow(&w, &rec, values, nulls, replace);
+	} while (result != TM_Ok);
+	WriterClose(&w);
 
 	if (count_stats)
 		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
@@ -764,17 +994,21 @@ IdemRelease(Oid nspid, text *scope, text *operation, text *key)
 {
 	IdemCatalog *cat = GetCatalog(nspid);
 	IdemRecord	rec;
-	Snapshot	snapshot;
-	Datum		values[3];
-	char		nulls[3];
+	IdemWriter	w;
+	TM_Result	result;
 
-	snapshot = LockLiveRecord(cat, scope, operation, key, &rec, "release");
-	if (snapshot == NULL)
-		return false;
-
-	KeyParams(values, nulls, scope, operation, key);
-	RunPlan(cat, PLAN_DELETE, snapshot, values, nulls);
-	UnregisterSnapshot(snapshot);
+	CheckReadable(cat->relid);
+	WriterOpen(cat, ACL_DELETE, &w);
+	do
+	{
+		if (!FetchForChange(cat, scope, operation, key, &rec, "release"))
+		{
+			WriterClose(&w);
+			return false;
+		}
+		result = DeleteRow(&w, &rec);
+	} while (result != TM_Ok);
+	WriterClose(&w);
 
 	IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
 				   IDEM_STAT_RELEASES, 1);
@@ -788,21 +1022,27 @@ IdemCheckpoint(Oid nspid, text *scope, text *operation, text *key,
 {
 	IdemCatalog *cat = GetCatalog(nspid);
 	IdemRecord	rec;
-	Snapshot	snapshot;
-	Datum		values[5];
-	char		nulls[5];
+	IdemWriter	w;
+	Datum		values[Natts_idem_keys];
+	bool		nulls[Natts_idem_keys];
+	bool		replace[Natts_idem_keys];
+	TM_Result	result;
 
-	snapshot = LockLiveRecord(cat, scope, operation, key, &rec, "checkpoint");
-	if (snapshot == NULL)
-		ReportNotFound(scope, operation, key, "checkpoint");
-
-	KeyParams(values, nulls, scope, operation, key);
-	values[3] = PointerGetDatum(recovery_point);
-	nulls[3] = recovery_point ? ' ' : 'n';
-	values[4] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	nulls[4] = ' ';
-	RunPlan(cat, PLAN_CHECKPOINT, snapshot, values, nulls);
-	UnregisterSnapshot(snapshot);
+	CheckReadable(cat->relid);
+	InitRow(values, nulls, replace);
+	SetColumn(values, nulls, replace, Anum_status, CStringGetTextDatum("processing"), false);
+	SetColumn(values, nulls, replace, Anum_recovery_point, PointerGetDatum(recovery_point),
+			  recovery_point == NULL);
+	SetColumn(values, nulls, replace, Anum_updated_at,
+			  TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
+	WriterOpen(cat, ACL_UPDATE, &w);
+	do
+	{
+		if (!FetchForChange(cat, scope, operation, key, &rec, "checkpoint"))
+			ReportNotFound(scope, operation, key, "checkpoint");
+		result = UpdateRow(&w, &rec, values, nulls, replace);
+	} while (result != TM_Ok);
+	WriterClose(&w);
 }
 
 /* Argument n as text, or NULL */
@@ -835,17 +1075,26 @@ idem_reserve(PG_FUNCTION_ARGS)
 	Jsonb	   *request = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
 	Interval   *ttl = PG_ARGISNULL(4) ? NULL : PG_GETARG_INTERVAL_P(4);
 	IdemReservation r;
-	TupleDesc	tupdesc;
+	IdemFnCache *cache = GetFnCache(fcinfo);
 	Datum		values[7];
 	bool		nulls[7];
 	int			http;
 
 	GetKeyArgs(fcinfo, 0, 1, 3, &operation, &key, &scope);
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
+	if (cache->tupdesc == NULL)
+	{
+		TupleDesc	tupdesc;
+		MemoryContext oldcxt;
 
-	IdemReserve(IdemFunctionNamespace(fcinfo), scope, operation, key,
+		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+		cache->tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+		MemoryContextSwitchTo(oldcxt);
+	}
+
+	IdemReserve(cache->nspid, scope, operation, key,
 				request, ttl, false, true, &r);
 
 	memset(nulls, true, sizeof(nulls));
@@ -865,8 +1114,7 @@ idem_reserve(PG_FUNCTION_ARGS)
 	values[6] = TimestampTzGetDatum(r.expires_at);
 	nulls[6] = !r.has_expires_at;
 
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
-													  values, nulls)));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(cache->tupdesc, values, nulls)));
 }
 
 /* idem_complete(operation, key, response, response_status, resource_id, scope) */

@@ -25,20 +25,26 @@ COMMENT ON TABLE @extschema@.idem_keys IS
 -- Keep the records in pg_dump output: they are user data, not extension code.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_keys', '');
 
+-- The row idem_reserve returns.  A named type rather than OUT parameters:
+-- the caller's executor finds its descriptor in the type cache instead of
+-- building it on every call.
+CREATE TYPE @extschema@.idem_reservation AS (
+	outcome			text,
+	http_status		integer,
+	response_status	integer,
+	response		jsonb,
+	resource_id		text,
+	recovery_point	text,
+	expires_at		timestamptz
+);
+
 CREATE FUNCTION @extschema@.idem_reserve(
 	operation text,
 	key text,
 	request jsonb DEFAULT NULL,
 	scope text DEFAULT '',
-	ttl interval DEFAULT NULL,
-	OUT outcome text,
-	OUT http_status integer,
-	OUT response_status integer,
-	OUT response jsonb,
-	OUT resource_id text,
-	OUT recovery_point text,
-	OUT expires_at timestamptz)
-RETURNS record
+	ttl interval DEFAULT NULL)
+RETURNS @extschema@.idem_reservation
 AS 'MODULE_PATHNAME', 'idem_reserve'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 

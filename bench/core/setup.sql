@@ -1,0 +1,87 @@
+-- Schema for bench/suites/10_core.sh: the same payment table for every
+-- variant, the seed's hand-written idempotency table for the baselines.
+CREATE EXTENSION IF NOT EXISTS idempotency;
+
+CREATE TABLE bench_payments (
+	id			bigserial PRIMARY KEY,
+	order_id	text NOT NULL,
+	amount		int NOT NULL,
+	created_at	timestamptz NOT NULL DEFAULT now()
+);
+
+-- The seed's table (its idempotency_records, with a text account id)
+CREATE TABLE bench_idempotency_records (
+	account_id		text NOT NULL,
+	operation		text NOT NULL,
+	idempotency_key	text NOT NULL,
+	request_hash	text NOT NULL,
+	status			text NOT NULL,
+	resource_id		text,
+	response_body	jsonb,
+	created_at		timestamptz NOT NULL DEFAULT now(),
+	expires_at		timestamptz NOT NULL,
+	PRIMARY KEY (account_id, operation, idempotency_key)
+);
+
+-- (c) the seed's flow as one PL/pgSQL function
+CREATE FUNCTION bench_pay_plpgsql(p_key text, p_order text, p_amount int)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+	req jsonb := jsonb_build_object('order_id', p_order, 'amount', p_amount);
+	h text := encode(sha256(convert_to(req::text, 'UTF8')), 'hex');
+	rec bench_idempotency_records;
+	pid bigint;
+	body jsonb;
+BEGIN
+	INSERT INTO bench_idempotency_records
+		(account_id, operation, idempotency_key, request_hash, status, expires_at)
+	VALUES ('acct-1', 'create-payment', p_key, h, 'PROCESSING', now() + interval '24 hours')
+	ON CONFLICT DO NOTHING;
+	IF NOT FOUND THEN
+		SELECT * INTO rec FROM bench_idempotency_records
+		WHERE account_id = 'acct-1' AND operation = 'create-payment' AND idempotency_key = p_key;
+		IF rec.request_hash <> h THEN
+			RAISE EXCEPTION 'mismatch' USING ERRCODE = 'P0422';
+		ELSIF rec.status = 'COMPLETED' THEN
+			RETURN rec.response_body;
+		ELSE
+			RAISE EXCEPTION 'in progress' USING ERRCODE = 'P0409';
+		END IF;
+	END IF;
+	INSERT INTO bench_payments (order_id, amount) VALUES (p_order, p_amount) RETURNING id INTO pid;
+	body := jsonb_build_object('payment_id', pid, 'status', 'paid');
+	UPDATE bench_idempotency_records
+	SET status = 'COMPLETED', resource_id = pid::text, response_body = body
+	WHERE account_id = 'acct-1' AND operation = 'create-payment' AND idempotency_key = p_key;
+	RETURN body;
+END
+$$;
+
+-- (e) the extension in one server-side call
+CREATE FUNCTION bench_pay_ext(p_key text, p_order text, p_amount int)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+	r record;
+	pid bigint;
+	body jsonb;
+BEGIN
+	r := idem_reserve('create-payment', p_key,
+					  jsonb_build_object('order_id', p_order, 'amount', p_amount), 'acct-1');
+	IF r.outcome <> 'new' THEN
+		RETURN r.response;
+	END IF;
+	INSERT INTO bench_payments (order_id, amount) VALUES (p_order, p_amount) RETURNING id INTO pid;
+	body := jsonb_build_object('payment_id', pid, 'status', 'paid');
+	PERFORM idem_complete('create-payment', p_key, body, 201, pid::text, 'acct-1');
+	RETURN body;
+END
+$$;
+
+-- (f) completed keys to replay
+SELECT count(*) FROM (
+	SELECT idem_reserve('create-payment', 'replay-' || i,
+						jsonb_build_object('order_id', 'o-' || i, 'amount', 100), 'acct-1'),
+		   idem_complete('create-payment', 'replay-' || i,
+						 jsonb_build_object('payment_id', i, 'status', 'paid'), 201, i::text, 'acct-1')
+	FROM generate_series(1, 10000) i) s \gset
+VACUUM ANALYZE;

@@ -1,0 +1,38 @@
+# Foundation (issue 2): a payment with an idempotency key, side by side with
+# its baselines on the same schema and data, synchronous_commit off and on.
+#   (a) a bare INSERT of the payment row
+#   (b) the seed's hand-written SQL pattern, as client statements
+#   (c) the same logic as one PL/pgSQL function
+#   (d) the extension as client statements: BEGIN; reserve; insert; complete; COMMIT
+#   (e) the extension in one server-side call (PL/pgSQL around reserve/complete)
+#   (f) the replay path: idem_reserve of a completed key
+# Targets: e/a >= 0.80, e/c >= 1.3, d/b >= 1.0, f/a >= 1.0.
+
+BENCH_DB=idem_bench_core
+as_test_user dropdb --if-exists "$BENCH_DB" 2>/dev/null
+as_test_user createdb "$BENCH_DB"
+bench_sql "$IDEM_SRC/bench/core/setup.sql"
+
+echo "## Core: one payment per transaction (TPS; ratio to the row's baseline)"
+for sync in off on; do
+	as_test_user psql -X -q -d "$BENCH_DB" -c "ALTER DATABASE $BENCH_DB SET synchronous_commit = $sync"
+	for v in a_bare_insert b_seed_client c_seed_plpgsql d_ext_client e_ext_server f_replay; do
+		bench_tps "$v/$sync" "$IDEM_SRC/bench/core/$v.sql"
+	done
+	as_test_user psql -X -q -d "$BENCH_DB" -c "CHECKPOINT"
+done
+echo
+echo "| variant | TPS sync off | ratio | TPS sync on | ratio | target |"
+echo "|---|---:|---:|---:|---:|---|"
+row() {
+	printf '| %s | %.0f | %s | %.0f | %s | %s |\n' "$1" \
+		"${TPS[$2/off]}" "$(ratio "$2/off" "$3/off")" \
+		"${TPS[$2/on]}" "$(ratio "$2/on" "$3/on")" "$4"
+}
+row "(a) bare INSERT" a_bare_insert a_bare_insert "baseline"
+row "(b) seed's SQL, client statements" b_seed_client a_bare_insert "vs (a)"
+row "(c) seed's SQL, one PL/pgSQL call" c_seed_plpgsql a_bare_insert "vs (a)"
+row "(d) extension, client statements, vs (b)" d_ext_client b_seed_client "≥ 1.0"
+row "(e) extension, one server call, vs (a)" e_ext_server a_bare_insert "≥ 0.80"
+row "(e) extension, one server call, vs (c)" e_ext_server c_seed_plpgsql "≥ 1.3"
+row "(f) replay of a completed key, vs (a)" f_replay a_bare_insert "≥ 1.0"
