@@ -239,6 +239,11 @@ SELECT key, status FROM idem_keys WHERE scope = 'mt' AND key IN ('m-expired', 'p
 ORDER BY key;
 SELECT key FROM mt_calls ORDER BY key;
 
+-- Every deletion and every flag is counted in idem_stats, per operation
+-- (the counters are not transactional: the calls rolled back above count too)
+SELECT operation, expired, flagged_stuck FROM idem_stats
+WHERE operation LIKE 'mt-%' ORDER BY operation;
+
 -- Clean up
 SELECT idem_set_reconciler('mt-pay', NULL);
 DELETE FROM idem_keys WHERE scope = 'mt';

@@ -68,6 +68,8 @@ cmp_ok($late, '<=', 2 * $interval,
 is( $s->query_safe(q{SELECT string_agg(key || ':' || status, ',' ORDER BY key) FROM idem_keys}),
 	'live:completed,proc:stuck',
 	'the live completed record stays; the old processing one is flagged, not deleted');
+is($s->query_safe(q{SELECT expired || ' ' || flagged_stuck FROM idem_stats WHERE operation = 'pay'}),
+	'3 1', 'idem_stats counts what the worker deleted and flagged');
 
 # Stuck flagging: one NOTIFY idem_stuck per record, JSON naming scope,
 # operation and key (escaped)
