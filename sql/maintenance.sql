@@ -187,6 +187,16 @@ SET ROLE regress_idem_reconciler;
 SELECT idem_set_reconciler('mt-pay', 'mt_reconcile(idem_keys)');
 RESET ROLE;
 SELECT operation, run_as FROM idem_reconcilers;
+-- Write access to idem_reconcilers does not lend another role's rights:
+-- a row may only name a role its writer can become
+\set VERBOSITY terse
+SET ROLE regress_idem_reconciler;
+UPDATE idem_reconcilers SET run_as = (SELECT oid FROM pg_roles WHERE rolname = session_user)::regrole;
+INSERT INTO idem_reconcilers (operation, handler, run_as)
+VALUES ('mt-other', 'public.mt_reconcile(public.idem_keys)', current_user::regrole);
+DELETE FROM idem_reconcilers WHERE operation = 'mt-other';
+RESET ROLE;
+\set VERBOSITY default
 -- That role may not execute idem_complete: paid-4 fails as that role, while
 -- the undecided wait-1 is called (and boom-1 raises, as before)
 SELECT idem_reconcile();

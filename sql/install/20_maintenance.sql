@@ -8,12 +8,16 @@
 -- expires_at, so completing a key stays a HOT update.
 CREATE INDEX idem_keys_expires_at_idx ON @extschema@.idem_keys (expires_at);
 
+-- A reconciler runs as run_as.  Whoever writes a row must be able to become
+-- that role, so write access to this table never lends another role's rights.
 CREATE TABLE @extschema@.idem_reconcilers (
 	operation	text		NOT NULL,
 	handler		text		NOT NULL,
 	run_as		regrole		NOT NULL,
 	created_at	timestamptz	NOT NULL DEFAULT pg_catalog.now(),
-	CONSTRAINT idem_reconcilers_pkey PRIMARY KEY (operation)
+	CONSTRAINT idem_reconcilers_pkey PRIMARY KEY (operation),
+	CONSTRAINT idem_reconcilers_run_as_check
+		CHECK (pg_catalog.pg_has_role(run_as::pg_catalog.oid, 'MEMBER'))
 );
 
 COMMENT ON TABLE @extschema@.idem_reconcilers IS
