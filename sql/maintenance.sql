@@ -56,6 +56,13 @@ SELECT idem_sweep(NULL);
 -- Bad batch sizes
 SELECT idem_sweep(0);
 SELECT idem_sweep(-1);
+-- Not in a read-only transaction
+BEGIN READ ONLY;
+SELECT idem_sweep();
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT idem_flag_stuck();
+ROLLBACK;
 
 -- Objects on search_path cannot redirect the sweep
 CREATE SCHEMA mt_evil;

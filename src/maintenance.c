@@ -418,7 +418,11 @@ OpCountsAdd(OpCounts *oc, text *operation, IdemCounter counter)
 	oc->n++;
 }
 
-/* Raise an error unless the current role may delete records of idem_keys */
+/*
+ * Raise an error unless the current role may delete records of idem_keys,
+ * as a DELETE statement would require (the SQL entry points have refused
+ * read-only transactions already).
+ */
 static void
 CheckDeletable(Relation rel)
 {
@@ -1027,6 +1031,8 @@ idem_sweep(PG_FUNCTION_ARGS)
 	int			batch_size = 0;
 	IdemPassCounts counts;
 
+	PreventCommandIfReadOnly("idem_sweep()");
+
 	if (!PG_ARGISNULL(0))
 	{
 		batch_size = PG_GETARG_INT32(0);
@@ -1047,6 +1053,8 @@ idem_flag_stuck(PG_FUNCTION_ARGS)
 {
 	IdemPassCounts counts;
 
+	PreventCommandIfReadOnly("idem_flag_stuck()");
+
 	RunPass(IDEM_TXN_CALLER, IdemFunctionNamespace(fcinfo), PHASE_FLAG, 0,
 			NULL, &counts);
 	PG_RETURN_INT64(counts.flagged);
@@ -1057,6 +1065,8 @@ Datum
 idem_reconcile(PG_FUNCTION_ARGS)
 {
 	IdemPassCounts counts;
+
+	PreventCommandIfReadOnly("idem_reconcile()");
 
 	RunPass(IDEM_TXN_CALLER, IdemFunctionNamespace(fcinfo), PHASE_RECONCILE,
 			0, NULL, &counts);
@@ -1074,6 +1084,8 @@ idem_maintain(PG_FUNCTION_ARGS)
 	Oid			nspid = IdemFunctionNamespace(fcinfo);
 	bool		nonatomic;
 	IdemPassCounts counts;
+
+	PreventCommandIfReadOnly("idem_maintain()");
 
 	nonatomic = fcinfo->context != NULL &&
 		IsA(fcinfo->context, CallContext) &&
@@ -1139,6 +1151,8 @@ idem_set_reconciler(PG_FUNCTION_ARGS)
 	Oid			nspid = IdemFunctionNamespace(fcinfo);
 	Datum		values[3];
 	char		nulls[3] = {' ', ' ', ' '};
+
+	PreventCommandIfReadOnly("idem_set_reconciler()");
 
 	IdemCheckOperation(operation);
 	values[0] = PointerGetDatum(operation);
