@@ -148,5 +148,27 @@ CREATE EXTENSION amcheck;
 SELECT bt_index_check(indexrelid, true) FROM pg_index WHERE indrelid = 'idem_keys'::regclass;
 DROP EXTENSION amcheck;
 
+-- A record completed after its expires_at (a stuck one reconciled late)
+-- keeps a full ttl from its completion instead of vanishing at once
+SELECT outcome FROM idem_reserve('late', 'l1', ttl => '1 hour');
+UPDATE idem_keys SET created_at = now() - interval '3 hours',
+                     expires_at = now() - interval '2 hours' WHERE key = 'l1';
+SELECT idem_complete('late', 'l1', '{"ok": true}');
+SELECT outcome, expires_at - now() BETWEEN interval '59 minutes' AND interval '1 hour' AS full_ttl_again
+FROM idem_reserve('late', 'l1');
+
+-- A read-only transaction (or a standby) can replay but not reserve
+BEGIN READ ONLY;
+SELECT outcome FROM idem_reserve('late', 'l1');
+SELECT outcome FROM idem_reserve('late', 'l2');
+ROLLBACK;
+
+-- An altered idem_keys is refused rather than misread
+BEGIN;
+ALTER TABLE idem_keys ADD COLUMN extra int;
+SELECT outcome FROM idem_reserve('late', 'l3');
+ROLLBACK;
+SELECT outcome FROM idem_reserve('late', 'l3');
+
 -- leave nothing behind for the next test
 DELETE FROM idem_keys;

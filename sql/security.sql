@@ -90,6 +90,18 @@ FROM idem_keys WHERE operation = 'evil' ORDER BY key;
 SELECT count(*) AS decoy_rows FROM evil.idem_keys;
 
 DROP SCHEMA evil CASCADE;
+
+-- Renewing an expired record is an UPDATE: INSERT alone is not enough
+SELECT outcome FROM idem_reserve('op', 'exp-1');
+SELECT idem_complete('op', 'exp-1');
+UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE key = 'exp-1';
+CREATE ROLE idem_insert_only;
+GRANT SELECT, INSERT ON idem_keys TO idem_insert_only;
+GRANT EXECUTE ON FUNCTION idem_reserve(text, text, jsonb, text, interval) TO idem_insert_only;
+SET ROLE idem_insert_only;
+SELECT outcome FROM idem_reserve('op', 'exp-1');
+SELECT outcome FROM idem_reserve('op', 'exp-2');
+RESET ROLE;
 DELETE FROM idem_keys;
-DROP OWNED BY idem_app, idem_monitor, idem_exec_only;
-DROP ROLE idem_nobody, idem_exec_only, idem_app, idem_monitor;
+DROP OWNED BY idem_app, idem_monitor, idem_exec_only, idem_insert_only;
+DROP ROLE idem_nobody, idem_exec_only, idem_app, idem_monitor, idem_insert_only;

@@ -121,6 +121,7 @@ typedef struct IdemRecord
 	Jsonb	   *response;
 	text	   *resource_id;
 	text	   *recovery_point;
+	TimestampTz created_at;
 	TimestampTz updated_at;
 	TimestampTz expires_at;
 	bool		mine;			/* written by the current transaction */
@@ -136,7 +137,6 @@ typedef struct IdemCatalog
 {
 	Oid			nspid;
 	Oid			relid;
-	Oid			indexid;
 } IdemCatalog;
 
 /* What a SQL-callable function caches across calls in fn_extra */
@@ -344,21 +344,24 @@ static const char *const idem_columns[Natts_idem_keys] = {
 	"expires_at"
 };
 
-/* Refuse to write into an idem_keys whose columns were altered */
+/* Refuse to read or write an idem_keys whose columns were altered */
 static void
-CheckColumns(Oid relid)
+CheckColumns(Relation rel)
 {
+	TupleDesc	desc = RelationGetDescr(rel);
 	int			i;
 
-	for (i = 0; i < Natts_idem_keys; i++)
+	for (i = 0; i < Max(desc->natts, Natts_idem_keys); i++)
 	{
-		char	   *name = get_attname(relid, i + 1, true);
+		Form_pg_attribute att = i < desc->natts ? TupleDescAttr(desc, i) : NULL;
 
-		if (name == NULL || strcmp(name, idem_columns[i]) != 0)
+		if (att == NULL || i >= Natts_idem_keys || att->attisdropped ||
+			strcmp(NameStr(att->attname), idem_columns[i]) != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("table \"idem_keys\" has been altered"),
-					 errdetail("Column %d should be \"%s\".", i + 1, idem_columns[i]),
+					 errdetail("It should have exactly the columns %s, ..., %s of the install script.",
+							   idem_columns[0], idem_columns[Natts_idem_keys - 1]),
 					 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;")));
 	}
 }
@@ -378,15 +381,8 @@ GetCatalog(Oid nspid)
 				 errmsg("table \"idem_keys\" of extension \"idempotency\" does not exist"),
 				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;")));
 
-	if (idem_catalog.relid != relid || idem_catalog.nspid != nspid)
-	{
-		CheckColumns(relid);
-		idem_catalog.nspid = nspid;
-		idem_catalog.relid = relid;
-		idem_catalog.indexid = get_relname_relid("idem_keys_pkey", nspid);
-		if (!OidIsValid(idem_catalog.indexid))
-			elog(ERROR, "index \"idem_keys_pkey\" of extension \"idempotency\" does not exist");
-	}
+	idem_catalog.nspid = nspid;
+	idem_catalog.relid = relid;
 	return &idem_catalog;
 }
 
@@ -463,6 +459,7 @@ FetchRecord(IdemCatalog *cat, Snapshot snapshot, text *scope, text *operation,
 {
 	Relation	heap;
 	Relation	index;
+	Oid			indexid;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	ScanKeyData skey[3];
@@ -471,7 +468,19 @@ FetchRecord(IdemCatalog *cat, Snapshot snapshot, text *scope, text *operation,
 	int			i;
 
 	heap = table_open(cat->relid, AccessShareLock);
-	index = index_open(cat->indexid, AccessShareLock);
+	CheckColumns(heap);
+	/* From the relcache each time: REINDEX CONCURRENTLY gives it a new OID */
+#if PG_VERSION_NUM >= 180000
+	indexid = RelationGetPrimaryKeyIndex(heap, false);
+#else
+	indexid = RelationGetPrimaryKeyIndex(heap);
+#endif
+	if (!OidIsValid(indexid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"idem_keys\" has no primary key"),
+				 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;")));
+	index = index_open(indexid, AccessShareLock);
 
 	for (i = 0; i < 3; i++)
 		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber,
@@ -508,6 +517,7 @@ FetchRecord(IdemCatalog *cat, Snapshot snapshot, text *scope, text *operation,
 			rec->resource_id = DatumGetTextPCopy(slot->tts_values[Anum_resource_id - 1]);
 		if (!slot->tts_isnull[Anum_recovery_point - 1])
 			rec->recovery_point = DatumGetTextPCopy(slot->tts_values[Anum_recovery_point - 1]);
+		rec->created_at = DatumGetTimestampTz(slot->tts_values[Anum_created_at - 1]);
 		rec->updated_at = DatumGetTimestampTz(slot->tts_values[Anum_updated_at - 1]);
 		rec->expires_at = DatumGetTimestampTz(slot->tts_values[Anum_expires_at - 1]);
 
@@ -561,11 +571,21 @@ HashDiffers(bytea *a, bytea *b)
 		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) != 0;
 }
 
-/* Open idem_keys for direct writes after checking the privilege for them */
+/*
+ * Open idem_keys for direct writes after checking what the equivalent
+ * statement would: not in a read-only transaction (nor on a standby), and
+ * each privilege in modes.
+ */
 static void
-WriterOpen(IdemCatalog *cat, AclMode mode, IdemWriter *w)
+WriterOpen(IdemCatalog *cat, AclMode modes, const char *function, IdemWriter *w)
 {
-	CheckPrivilege(cat->relid, mode);
+	PreventCommandIfReadOnly(function);
+	if (modes & ACL_INSERT)
+		CheckPrivilege(cat->relid, ACL_INSERT);
+	if (modes & ACL_UPDATE)
+		CheckPrivilege(cat->relid, ACL_UPDATE);
+	if (modes & ACL_DELETE)
+		CheckPrivilege(cat->relid, ACL_DELETE);
 	w->rel = table_open(cat->relid, RowExclusiveLock);
 	w->estate = CreateExecutorState();
 	w->rri = makeNode(ResultRelInfo);
@@ -750,14 +770,16 @@ ClassifyRecord(const IdemRecord *rec, bytea *hash, TimestampTz now,
 
 /*
  * Create the record, or renew the expired one in place: processing, or
- * completed at once (with no response) for idem_consume
+ * completed at once (with no response) for idem_consume.  false when the
+ * expired row changed meanwhile and must be read again.
  */
-static void
+static bool
 WriteReservation(IdemCatalog *cat, IdemRecord *rec, bool found,
 				 text *scope, text *operation, text *key, bytea *hash,
 				 TimestampTz now, TimestampTz expires_at, bool completed)
 {
 	IdemWriter	w;
+	TM_Result	result = TM_Ok;
 	Datum		values[Natts_idem_keys];
 	bool		nulls[Natts_idem_keys];
 	bool		replace[Natts_idem_keys];
@@ -775,19 +797,24 @@ WriteReservation(IdemCatalog *cat, IdemRecord *rec, bool found,
 	SetColumn(values, nulls, replace, Anum_resource_id, (Datum) 0, true);
 	SetColumn(values, nulls, replace, Anum_recovery_point, (Datum) 0, true);
 	SetColumn(values, nulls, replace, Anum_created_at, TimestampTzGetDatum(now), false);
-	SetColumn(values, nulls, replace, Anum_updated_at, TimestampTzGetDatum(now), false);
+	SetColumn(values, nulls, replace, Anum_updated_at, TimestampTzGetDatum(GetCurrentTimestamp()), false);
 	SetColumn(values, nulls, replace, Anum_expires_at, TimestampTzGetDatum(expires_at), false);
 
 	/*
-	 * A row the sweeper is deleting is left to it: inserting then waits in
-	 * the unique check for its short batch to commit.  If the sweeper
-	 * deletes a row we renew, the update reports it gone and we insert.
+	 * If the sweeper deletes a row we renew, the update waits for it and
+	 * reports it gone: insert afresh.  Any other change means look again.
 	 */
-	WriterOpen(cat, found ? ACL_UPDATE | ACL_INSERT : ACL_INSERT, &w);
-	if (!found || rec->other_deletes ||
-		UpdateRow(&w, rec, values, nulls, replace) == TM_Deleted)
+	WriterOpen(cat, found ? ACL_UPDATE | ACL_INSERT : ACL_INSERT,
+			   completed ? "idem_consume()" : "idem_reserve()", &w);
+	if (found)
+		result = UpdateRow(&w, rec, values, nulls, replace);
+	if (!found || result == TM_Deleted)
+	{
 		InsertRow(&w, values, nulls);
+		result = TM_Ok;
+	}
 	WriterClose(&w);
+	return result == TM_Ok;
 }
 
 /*
@@ -823,7 +850,17 @@ ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
 		found = FetchRecord(cat, &dirty, scope, operation, key, &rec, NULL);
 		live = found && !IsExpired(&rec, now);
 
-		if (found && TransactionIdIsValid(rec.other) && (live || !rec.other_deletes))
+		if (found && TransactionIdIsValid(rec.other) && !live && rec.other_deletes)
+		{
+			/*
+			 * A sweep batch (or a DELETE) is removing this expired record:
+			 * wait for its short transaction rather than race it, then look
+			 * again.
+			 */
+			XactLockTableWait(rec.other, NULL, NULL, XLTW_None);
+			continue;
+		}
+		if (found && TransactionIdIsValid(rec.other))
 		{
 			/*
 			 * Another open transaction is writing this key.  A different
@@ -859,8 +896,9 @@ ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
 			continue;
 		}
 
-		WriteReservation(cat, &rec, found, scope, operation, key, hash, now,
-						 expires_at, completed);
+		if (!WriteReservation(cat, &rec, found, scope, operation, key, hash, now,
+							  expires_at, completed))
+			continue;
 		result->outcome = IDEM_NEW;
 		result->has_expires_at = true;
 		result->expires_at = expires_at;
@@ -973,12 +1011,23 @@ IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 	SetColumn(values, nulls, replace, Anum_response_status, Int32GetDatum(response_status), false);
 	SetColumn(values, nulls, replace, Anum_resource_id, PointerGetDatum(resource_id), resource_id == NULL);
 	SetColumn(values, nulls, replace, Anum_updated_at,
-			  TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
-	WriterOpen(cat, ACL_UPDATE, &w);
+			  TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	WriterOpen(cat, ACL_UPDATE, "idem_complete()", &w);
 	do
 	{
+		TimestampTz now = GetCurrentTransactionStartTimestamp();
+
 		if (!FetchForChange(cat, scope, operation, key, &rec, "complete"))
 			ReportNotFound(scope, operation, key, "complete");
+
+		/*
+		 * A record completed after its expires_at (a stuck one reconciled
+		 * late) would vanish at once and let the next retry run the effect
+		 * again: give it its ttl again, counted from now.
+		 */
+		if (rec.expires_at <= now)
+			SetColumn(values, nulls, replace, Anum_expires_at,
+					  TimestampTzGetDatum(now + (rec.expires_at - rec.created_at)), false);
 		result = UpdateRow(&w, &rec, values, nulls, replace);
 	} while (result != TM_Ok);
 	WriterClose(&w);
@@ -998,7 +1047,7 @@ IdemRelease(Oid nspid, text *scope, text *operation, text *key)
 	TM_Result	result;
 
 	CheckReadable(cat->relid);
-	WriterOpen(cat, ACL_DELETE, &w);
+	WriterOpen(cat, ACL_DELETE, "idem_release()", &w);
 	do
 	{
 		if (!FetchForChange(cat, scope, operation, key, &rec, "release"))
@@ -1034,8 +1083,8 @@ IdemCheckpoint(Oid nspid, text *scope, text *operation, text *key,
 	SetColumn(values, nulls, replace, Anum_recovery_point, PointerGetDatum(recovery_point),
 			  recovery_point == NULL);
 	SetColumn(values, nulls, replace, Anum_updated_at,
-			  TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()), false);
-	WriterOpen(cat, ACL_UPDATE, &w);
+			  TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	WriterOpen(cat, ACL_UPDATE, "idem_checkpoint()", &w);
 	do
 	{
 		if (!FetchForChange(cat, scope, operation, key, &rec, "checkpoint"))
