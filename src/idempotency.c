@@ -56,6 +56,7 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	IdemStatsInit();
+	IdemWorkerInit();
 
 #if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("idempotency");

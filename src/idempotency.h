@@ -9,8 +9,10 @@
  *					checkpoint, lookup, and the per-key lock
  *	  canonical.c	RFC 8785 canonical JSON and the SHA-256 fingerprint
  *	  stats.c		shared-memory statistics
- *	  worker.c		background worker: expiry, stuck detection,
- *					reconciliation
+ *	  worker.c		background worker: the launcher and the
+ *					per-database workers, and their settings
+ *	  maintenance.c	expiry, stuck detection and reconciliation, shared
+ *					by the worker and the SQL maintenance functions
  *	  patterns.c	idem_call and idem_consume
  *
  *-------------------------------------------------------------------------
@@ -102,6 +104,51 @@ extern void IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 						 text *resource_id, bool count_stats);
 extern bool IdemRelease(Oid nspid, text *scope, text *operation, text *key);
 extern Oid	IdemFunctionNamespace(FunctionCallInfo fcinfo);
+
+/* worker.c: maintenance settings and the background worker */
+extern int	idem_sweep_interval_ms;
+extern int	idem_sweep_batch_size;
+extern bool idem_worker_enabled;
+extern int	idem_max_workers;
+extern int	idem_sweep_duty_cycle;
+extern void IdemWorkerInit(void);
+
+/*
+ * maintenance.c: expiry, stuck detection and reconciliation, run by the
+ * worker and by the SQL functions alike.  The mode says who owns the
+ * transactions: the caller (SQL functions: everything in its transaction),
+ * the worker (each batch and each reconciler call its own transaction), or
+ * a CALLed procedure (the same, through SPI_commit).
+ */
+typedef enum IdemTxnMode
+{
+	IDEM_TXN_CALLER,
+	IDEM_TXN_WORKER,
+	IDEM_TXN_PROCEDURE
+} IdemTxnMode;
+
+/* What one maintenance pass over a database did */
+typedef struct IdemPassCounts
+{
+	int64		deleted;		/* expired records deleted */
+	int64		flagged;		/* processing records flagged stuck */
+	int64		reconciled;		/* reconciler calls that returned normally */
+	int64		failed;			/* reconciler calls that raised */
+	int64		batches;		/* transactions used for batches */
+	int64		longest_batch_us;	/* longest of them, in microseconds */
+	bool		stopped;		/* the stop callback ended the pass early */
+	bool		missing;		/* extension not installed, or dropped meanwhile */
+} IdemPassCounts;
+
+/*
+ * Called between units of work in worker mode, with the duration of the
+ * batch just done (0 after a reconciler call); it may sleep to yield to
+ * other sessions.  true ends the pass.
+ */
+typedef bool (*IdemStopCallback) (int64 batch_us);
+
+extern void IdemMaintainDatabase(IdemTxnMode mode, Oid nspid,
+								 IdemStopCallback stop, IdemPassCounts *counts);
 
 /* canonical.c */
 extern bytea *IdemHashJsonb(Jsonb *jb);

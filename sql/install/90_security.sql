@@ -1,6 +1,7 @@
 -- Nothing is granted to PUBLIC.  CREATE FUNCTION grants EXECUTE to PUBLIC by
--- default; take that back for every function this script created.  Grant
--- recipes for application and monitoring roles are in the README.
+-- default; take that back for every function (and procedure: ON ROUTINE)
+-- this script created.  Grant recipes for application and monitoring roles
+-- are in the README.
 DO $$
 DECLARE
 	f regprocedure;
@@ -16,7 +17,7 @@ BEGIN
 		JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
 		WHERE e.extname = 'idempotency'
 	LOOP
-		EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+		EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM PUBLIC', f);
 	END LOOP;
 END
 $$;

@@ -1,0 +1,273 @@
+-- Maintenance from SQL: idem_sweep, idem_flag_stuck, idem_set_reconciler,
+-- idem_reconcile, idem_maintain and the idem_stuck view.  The suite's
+-- cluster runs with idempotency.enabled = off, so only these calls change
+-- records here.  Everything below lives in scope 'mt'.
+\pset null '(null)'
+SET idempotency.processing_timeout = '5min';
+SET client_min_messages = warning;
+
+-- Settle what earlier tests left behind, so that the counts below are ours
+SELECT idem_sweep() >= 0 AS swept, idem_flag_stuck() >= 0 AS flagged;
+
+-- The settings the SQL functions share with the worker
+SHOW idempotency.sweep_interval;
+SHOW idempotency.sweep_batch_size;
+SHOW idempotency.max_workers;
+-- They are server settings: a session cannot change them
+SET idempotency.sweep_batch_size = 5;
+
+-- Fixtures: completed records, some expired; processing and stuck records
+-- whose expires_at has passed too (they never expire)
+SELECT count(*) FROM (
+  SELECT idem_reserve(op, k, scope => 'mt', ttl => '1 hour'),
+         idem_complete(op, k, '{"ok": true}', scope => 'mt')
+  FROM (VALUES ('mt-pay', 'c1'), ('mt-pay', 'c2'), ('mt-ship', 'c3'),
+               ('mt-pay', 'live')) v(op, k)) s;
+SELECT outcome FROM idem_reserve('mt-pay', 'proc-old', scope => 'mt', ttl => '1 hour');
+SELECT outcome FROM idem_reserve('mt-pay', 'stuck-old', scope => 'mt', ttl => '1 hour');
+UPDATE idem_keys SET expires_at = now() - interval '1 minute'
+WHERE scope = 'mt' AND key <> 'live';
+UPDATE idem_keys SET status = 'stuck' WHERE scope = 'mt' AND key = 'stuck-old';
+
+-- idem_sweep deletes the expired completed records, and only those
+SELECT idem_sweep();
+SELECT operation, key, status FROM idem_keys WHERE scope = 'mt' ORDER BY key;
+SELECT idem_sweep();
+
+-- Any batch size deletes them all, batch after batch
+SELECT count(*) FROM (
+  SELECT idem_reserve('mt-pay', 'b' || i, scope => 'mt', ttl => '1 hour'),
+         idem_complete('mt-pay', 'b' || i, scope => 'mt')
+  FROM generate_series(1, 5) i) s;
+UPDATE idem_keys SET expires_at = now() - interval '1 minute' WHERE scope = 'mt' AND key LIKE 'b%';
+SELECT idem_sweep(2);
+SELECT count(*) FROM idem_keys WHERE scope = 'mt' AND key LIKE 'b%';
+-- Inside a transaction that rolls back, nothing is deleted
+SELECT count(*) FROM (
+  SELECT idem_reserve('mt-pay', 'rb', scope => 'mt', ttl => '1 hour'),
+         idem_complete('mt-pay', 'rb', scope => 'mt')) s;
+UPDATE idem_keys SET expires_at = now() - interval '1 minute' WHERE scope = 'mt' AND key = 'rb';
+BEGIN;
+SELECT idem_sweep(1);
+ROLLBACK;
+SELECT count(*) FROM idem_keys WHERE scope = 'mt' AND key = 'rb';
+SELECT idem_sweep(NULL);
+
+-- Bad batch sizes
+SELECT idem_sweep(0);
+SELECT idem_sweep(-1);
+-- Not in a read-only transaction
+BEGIN READ ONLY;
+SELECT idem_sweep();
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT idem_flag_stuck();
+ROLLBACK;
+
+-- Objects on search_path cannot redirect the sweep
+CREATE SCHEMA mt_evil;
+CREATE TABLE mt_evil.idem_keys (LIKE idem_keys);
+INSERT INTO mt_evil.idem_keys SELECT * FROM idem_keys WHERE scope = 'mt';
+UPDATE mt_evil.idem_keys SET status = 'completed', expires_at = now() - interval '1 day';
+SELECT count(*) FROM (
+  SELECT idem_reserve('mt-pay', 'sp', scope => 'mt', ttl => '1 hour'),
+         idem_complete('mt-pay', 'sp', scope => 'mt')) s;
+UPDATE idem_keys SET expires_at = now() - interval '1 minute' WHERE scope = 'mt' AND key = 'sp';
+SET search_path = mt_evil, public;
+SELECT public.idem_sweep();
+RESET search_path;
+SELECT count(*) FROM mt_evil.idem_keys;
+DROP SCHEMA mt_evil CASCADE;
+
+-- idem_stuck shows records whose outcome is unknown: flagged, or processing
+-- longer than processing_timeout (not yet flagged)
+SELECT outcome FROM idem_reserve('mt-pay', 'young', scope => 'mt');
+UPDATE idem_keys SET updated_at = now() - interval '10 minutes'
+WHERE scope = 'mt' AND key = 'proc-old';
+SELECT operation, key, flagged, idle_for >= interval '10 minutes' AS old, reconciler
+FROM idem_stuck WHERE scope = 'mt' ORDER BY key;
+-- The timeout is the session's: with one hour, proc-old is not overdue
+SET idempotency.processing_timeout = '1h';
+SELECT key FROM idem_stuck WHERE scope = 'mt' ORDER BY key;
+SELECT idem_flag_stuck();
+-- With five minutes it is: idem_flag_stuck flags it, and only it
+SET idempotency.processing_timeout = '5min';
+SELECT idem_flag_stuck();
+SELECT key, status FROM idem_keys WHERE scope = 'mt' ORDER BY key;
+SELECT idem_flag_stuck();
+SELECT key, flagged FROM idem_stuck WHERE scope = 'mt' ORDER BY key;
+-- updated_at keeps the last heartbeat; idem_reserve answers stuck
+SELECT updated_at < now() - interval '9 minutes' AS heartbeat_kept
+FROM idem_keys WHERE scope = 'mt' AND key = 'proc-old';
+SELECT outcome, http_status FROM idem_reserve('mt-pay', 'proc-old', scope => 'mt');
+-- A checkpoint is a heartbeat: the record goes back to processing
+SELECT idem_checkpoint('mt-pay', 'proc-old', 'step-2', 'mt');
+SELECT key, status, recovery_point FROM idem_keys WHERE scope = 'mt' AND key = 'proc-old';
+-- Flagging in a transaction that rolls back changes nothing
+UPDATE idem_keys SET updated_at = now() - interval '10 minutes'
+WHERE scope = 'mt' AND key = 'proc-old';
+BEGIN;
+SELECT idem_flag_stuck();
+ROLLBACK;
+SELECT status FROM idem_keys WHERE scope = 'mt' AND key = 'proc-old';
+SELECT idem_flag_stuck();
+SELECT idem_release('mt-pay', k, 'mt') FROM (VALUES ('proc-old'), ('stuck-old')) v(k);
+
+-- Reconcilers: a function of the stuck record that settles it
+CREATE TABLE mt_calls (key text, caller name);
+CREATE FUNCTION mt_reconcile(r idem_keys) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO public.mt_calls VALUES (r.key, current_user);
+	IF r.key LIKE 'paid%' THEN
+		-- the gateway says the charge went through: complete with its result
+		PERFORM public.idem_complete(r.operation, r.key, '{"reconciled": true}', 201, 'ch_1', r.scope);
+	ELSIF r.key LIKE 'void%' THEN
+		-- nothing happened: release, so that a retry runs again
+		PERFORM public.idem_release(r.operation, r.key, r.scope);
+	ELSIF r.key LIKE 'boom%' THEN
+		RAISE EXCEPTION 'gateway unreachable for %', r.key;
+	END IF;
+	-- anything else: undecided, stays stuck and is tried again next pass
+END
+$$;
+
+-- Registering validates the handler
+SELECT idem_set_reconciler(NULL, 'mt_reconcile(idem_keys)');
+SELECT idem_set_reconciler('', 'mt_reconcile(idem_keys)');
+CREATE FUNCTION mt_text(t text) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+SELECT idem_set_reconciler('mt-pay', 'mt_text(text)');
+CREATE FUNCTION mt_two(r idem_keys, x int) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+SELECT idem_set_reconciler('mt-pay', 'mt_two(idem_keys, int)');
+CREATE FUNCTION mt_set(r idem_keys) RETURNS SETOF int LANGUAGE sql AS $$ SELECT 1 $$;
+SELECT idem_set_reconciler('mt-pay', 'mt_set(idem_keys)');
+CREATE PROCEDURE mt_proc(r idem_keys) LANGUAGE sql AS $$ SELECT $$;
+SELECT idem_set_reconciler('mt-pay', 'mt_proc(idem_keys)');
+SELECT idem_set_reconciler('mt-pay', 'mt_missing(idem_keys)');
+SELECT count(*) FROM idem_reconcilers;
+-- Removing a reconciler that is not registered is a no-op
+SELECT idem_set_reconciler('mt-pay', NULL);
+
+SELECT idem_set_reconciler('mt-pay', 'mt_reconcile(idem_keys)');
+SELECT operation, handler, run_as = current_user::regrole AS runs_as_me FROM idem_reconcilers;
+-- Registering again replaces
+SELECT idem_set_reconciler('mt-pay', 'mt_two(idem_keys, int)');
+SELECT idem_set_reconciler('mt-pay', 'mt_set(idem_keys)');
+SELECT idem_set_reconciler('mt-pay', 'mt_reconcile(idem_keys)');
+SELECT operation, handler FROM idem_reconcilers;
+
+-- Four stuck records of mt-pay and one of an operation without reconciler
+SELECT count(*) FROM (
+  SELECT idem_reserve(op, k, scope => 'mt')
+  FROM (VALUES ('mt-pay', 'paid-1'), ('mt-pay', 'void-1'), ('mt-pay', 'boom-1'),
+               ('mt-pay', 'wait-1'), ('mt-ship', 'paid-2')) v(op, k)) s;
+UPDATE idem_keys SET updated_at = now() - interval '10 minutes'
+WHERE scope = 'mt' AND key IN ('paid-1', 'void-1', 'boom-1', 'wait-1', 'paid-2');
+SELECT idem_flag_stuck();
+SELECT key, flagged, reconciler FROM idem_stuck WHERE scope = 'mt' ORDER BY key;
+
+-- idem_reconcile calls it once per stuck record of mt-pay; the one that
+-- raises is reported as a WARNING naming the key, and the others go on
+SELECT idem_reconcile();
+SELECT key, caller = current_user AS as_registrant FROM mt_calls ORDER BY key;
+SELECT key, status, response_status, response, resource_id
+FROM idem_keys WHERE scope = 'mt' AND key IN ('paid-1', 'void-1', 'boom-1', 'wait-1', 'paid-2')
+ORDER BY key;
+-- The settled records replay or run again
+SELECT outcome, http_status, response FROM idem_reserve('mt-pay', 'paid-1', scope => 'mt');
+SELECT outcome FROM idem_reserve('mt-pay', 'void-1', scope => 'mt');
+SELECT idem_release('mt-pay', 'void-1', 'mt');
+TRUNCATE mt_calls;
+
+-- A reconciler runs as the role that registered it, with that role's rights
+SELECT outcome FROM idem_reserve('mt-pay', 'paid-4', scope => 'mt');
+UPDATE idem_keys SET updated_at = now() - interval '20 minutes'
+WHERE scope = 'mt' AND key = 'paid-4';
+SELECT idem_flag_stuck();
+CREATE ROLE regress_idem_reconciler;
+GRANT USAGE ON SCHEMA public TO regress_idem_reconciler;
+GRANT EXECUTE ON FUNCTION idem_set_reconciler(text, regprocedure), mt_reconcile(idem_keys)
+	TO regress_idem_reconciler;
+GRANT SELECT, INSERT, UPDATE, DELETE ON idem_reconcilers TO regress_idem_reconciler;
+GRANT INSERT ON mt_calls TO regress_idem_reconciler;
+SET ROLE regress_idem_reconciler;
+SELECT idem_set_reconciler('mt-pay', 'mt_reconcile(idem_keys)');
+RESET ROLE;
+SELECT operation, run_as FROM idem_reconcilers;
+-- Write access to idem_reconcilers does not lend another role's rights:
+-- a row may only name a role its writer can become
+\set VERBOSITY terse
+SET ROLE regress_idem_reconciler;
+UPDATE idem_reconcilers SET run_as = (SELECT oid FROM pg_roles WHERE rolname = session_user)::regrole;
+INSERT INTO idem_reconcilers (operation, handler, run_as)
+VALUES ('mt-other', 'public.mt_reconcile(public.idem_keys)', current_user::regrole);
+DELETE FROM idem_reconcilers WHERE operation = 'mt-other';
+RESET ROLE;
+\set VERBOSITY default
+-- That role may not execute idem_complete: paid-4 fails as that role, while
+-- the undecided wait-1 is called (and boom-1 raises, as before)
+SELECT idem_reconcile();
+SELECT key, caller FROM mt_calls ORDER BY key;
+SELECT key, status FROM idem_keys WHERE scope = 'mt' AND key IN ('paid-4', 'boom-1', 'wait-1')
+ORDER BY key;
+-- Registering needs EXECUTE on the handler
+REVOKE EXECUTE ON FUNCTION mt_reconcile(idem_keys) FROM regress_idem_reconciler;
+REVOKE EXECUTE ON FUNCTION mt_reconcile(idem_keys) FROM PUBLIC;
+SET ROLE regress_idem_reconciler;
+SELECT idem_set_reconciler('mt-pay', 'mt_reconcile(idem_keys)');
+RESET ROLE;
+-- ... and so does each call: the registration made earlier now fails
+SELECT idem_reconcile();
+TRUNCATE mt_calls;
+-- Registered again by the superuser, paid-4 completes
+SELECT idem_set_reconciler('mt-pay', 'mt_reconcile(idem_keys)');
+SELECT idem_reconcile();
+SELECT key, status FROM idem_keys WHERE scope = 'mt' AND key IN ('paid-4', 'boom-1', 'wait-1')
+ORDER BY key;
+SELECT idem_release('mt-pay', k, 'mt') FROM (VALUES ('boom-1'), ('wait-1')) v(k);
+TRUNCATE mt_calls;
+
+-- A dropped handler is reported, not fatal
+CREATE FUNCTION mt_gone(r idem_keys) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+SELECT idem_set_reconciler('mt-ship', 'mt_gone(idem_keys)');
+DROP FUNCTION mt_gone(idem_keys);
+SELECT idem_reconcile();
+SELECT idem_set_reconciler('mt-ship', NULL);
+SELECT operation FROM idem_reconcilers;
+
+-- CALL idem_maintain(): sweep, flag and reconcile in one pass, committing
+-- as it goes (the worker's pass)
+SELECT count(*) FROM (
+  SELECT idem_reserve('mt-pay', k, scope => 'mt', ttl => '1 hour')
+  FROM (VALUES ('m-expired'), ('paid-3'), ('void-3')) v(k)) s;
+SELECT idem_complete('mt-pay', 'm-expired', scope => 'mt');
+UPDATE idem_keys SET expires_at = now() - interval '1 minute'
+WHERE scope = 'mt' AND key = 'm-expired';
+UPDATE idem_keys SET updated_at = now() - interval '10 minutes'
+WHERE scope = 'mt' AND key IN ('paid-3', 'void-3');
+-- Inside a transaction block it cannot commit: all or nothing
+BEGIN;
+CALL idem_maintain();
+ROLLBACK;
+SELECT key, status FROM idem_keys WHERE scope = 'mt' AND key IN ('m-expired', 'paid-3', 'void-3')
+ORDER BY key;
+CALL idem_maintain();
+SELECT key, status FROM idem_keys WHERE scope = 'mt' AND key IN ('m-expired', 'paid-3', 'void-3')
+ORDER BY key;
+SELECT key FROM mt_calls ORDER BY key;
+
+-- Every deletion and every flag is counted in idem_stats, per operation
+-- (the counters are not transactional: the calls rolled back above count too)
+SELECT operation, expired, flagged_stuck FROM idem_stats
+WHERE operation LIKE 'mt-%' ORDER BY operation;
+
+-- Clean up
+SELECT idem_set_reconciler('mt-pay', NULL);
+DELETE FROM idem_keys WHERE scope = 'mt';
+DROP TABLE mt_calls;
+DROP FUNCTION mt_reconcile(idem_keys), mt_text(text), mt_two(idem_keys, int), mt_set(idem_keys);
+DROP PROCEDURE mt_proc(idem_keys);
+REVOKE ALL ON idem_reconcilers FROM regress_idem_reconciler;
+REVOKE ALL ON FUNCTION idem_set_reconciler(text, regprocedure) FROM regress_idem_reconciler;
+REVOKE ALL ON SCHEMA public FROM regress_idem_reconciler;
+DROP ROLE regress_idem_reconciler;

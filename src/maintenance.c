@@ -1,0 +1,1188 @@
+/*-------------------------------------------------------------------------
+ *
+ * maintenance.c
+ *	  Expiry, stuck detection and reconciliation of idempotency records:
+ *	  the pass the background worker runs in each database, and the SQL
+ *	  functions idem_sweep, idem_flag_stuck, idem_reconcile, idem_maintain
+ *	  and idem_set_reconciler.  The worker and the SQL functions run the same
+ *	  routines below; only who owns the transactions differs (IdemTxnMode).
+ *
+ * A pass has three phases, each made of short units of work:
+ *	- sweep: delete completed records whose expires_at has passed,
+ *	  sweep_batch_size at a time;
+ *	- flag: mark processing records whose updated_at is older than
+ *	  processing_timeout as stuck, with one NOTIFY idem_stuck each;
+ *	- reconcile: call the reconciler registered for the operation of each
+ *	  stuck record, as the role that registered it.
+ * In worker and procedure mode every unit (a batch, one reconciler call) is
+ * its own transaction.  Called from SQL, the units run in the caller's
+ * transaction.  Either way a reconciler runs in a subtransaction, so that
+ * its error is reported as a WARNING naming the key and the pass goes on.
+ * Between units the worker may pause to yield to busy sessions, or end the
+ * pass (worker.c).
+ *
+ * Locking
+ * -------
+ * No unit ever waits for an application transaction, so none can join a
+ * deadlock with one:
+ *	- A sweep batch reads the expires_at index and deletes through the table
+ *	  access method without waiting (as keys.c writes: no SQL, no triggers).
+ *	  A record that another transaction is changing, or has changed since
+ *	  the batch's snapshot (idem_reserve renewing it), makes the delete fail
+ *	  and is skipped until the next pass.  The
+ *	  other way round, an idem_reserve renewing a record a batch has just
+ *	  deleted waits for that batch's commit (one short transaction), finds
+ *	  the row gone and inserts afresh (keys.c).
+ *	- A flag batch is an UPDATE of rows picked with FOR UPDATE SKIP LOCKED,
+ *	  which repeats its conditions: a record that idem_complete,
+ *	  idem_checkpoint or idem_release is writing is left for the next pass.
+ *	  Those functions, finding the record being flagged, wait for the batch
+ *	  and look again (keys.c), and idem_reserve answers in_progress
+ *	  meanwhile.
+ * Each unit first takes RowExclusiveLock on idem_keys by OID and then checks
+ * that the table still exists, so a concurrent DROP EXTENSION ends a worker
+ * pass quietly instead of failing a query.  A reconciler is called with the
+ * record locked FOR UPDATE (skipped when another transaction is writing it)
+ * and settles it through idem_complete or idem_release.
+ *
+ * Durability
+ * ----------
+ * Sweep batches of the worker and of idem_maintain commit with
+ * synchronous_commit off: a crash may forget the last of them, and the next
+ * pass deletes those records again.  Flags and reconciler calls commit as
+ * configured.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "parser/parse_type.h"
+#include "pgstat.h"
+#include "storage/lmgr.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "idempotency.h"
+
+PG_FUNCTION_INFO_V1(idem_sweep);
+PG_FUNCTION_INFO_V1(idem_flag_stuck);
+PG_FUNCTION_INFO_V1(idem_reconcile);
+PG_FUNCTION_INFO_V1(idem_maintain);
+PG_FUNCTION_INFO_V1(idem_set_reconciler);
+
+#define IDEM_EXTENSION_NAME		"idempotency"
+#define IDEM_STUCK_CHANNEL		"idem_stuck"
+
+/*
+ * NOTIFY payloads must be shorter than 8000 bytes.  Keys, scopes and
+ * operations that the API accepts give at most about 1200; a longer payload
+ * can only come from rows written around the API, and is not sent.
+ */
+#define IDEM_NOTIFY_MAX			7000
+
+/* Attribute numbers of idem_keys, fixed by the install script */
+#define Anum_idem_operation		2
+#define Anum_idem_status		5
+#define Anum_idem_expires_at	12
+
+/* Phases of a pass */
+#define PHASE_SWEEP				0x01
+#define PHASE_FLAG				0x02
+#define PHASE_RECONCILE			0x04
+#define PHASE_ALL				(PHASE_SWEEP | PHASE_FLAG | PHASE_RECONCILE)
+
+/* The prepared statements, valid for one installation of the extension */
+typedef enum MaintPlan
+{
+	MPLAN_FLAG,
+	MPLAN_ANY_RECONCILER,
+	MPLAN_STUCK_LIST,
+	MPLAN_STUCK_ROW,
+	MPLAN_SET_RECONCILER,
+	MPLAN_DROP_RECONCILER,
+	NUM_MPLANS
+} MaintPlan;
+
+typedef struct MaintCatalog
+{
+	Oid			nspid;
+	Oid			keys_relid;
+	Oid			expires_indexid;	/* idem_keys_expires_at_idx */
+	Oid			reconcilers_relid;
+	SPIPlanPtr	plans[NUM_MPLANS];
+} MaintCatalog;
+
+static MaintCatalog maint_catalog;
+
+/* A stuck record with a reconciler, as listed at the start of the phase */
+typedef struct StuckRecord
+{
+	text	   *scope;
+	text	   *operation;
+	text	   *key;
+	char	   *handler;		/* regprocedure text, schema-qualified */
+	Oid			run_as;
+} StuckRecord;
+
+/* How one pass is run */
+typedef struct PassState
+{
+	IdemTxnMode mode;
+	Oid			nspid;			/* InvalidOid: find the extension (worker) */
+	int			batch_size;		/* 0: idempotency.sweep_batch_size */
+	IdemStopCallback stop;
+	IdemPassCounts *counts;
+	MemoryContext passcxt;		/* lives for the whole pass */
+	MemoryContext unitcxt;		/* reset after each unit */
+} PassState;
+
+/* SQL texts; %1$s is the quoted schema of the extension */
+static const char *const mplan_sql[NUM_MPLANS] = {
+	[MPLAN_FLAG] =
+	"WITH flagged AS ("
+	" UPDATE %1$s.idem_keys SET status = 'stuck'::pg_catalog.text"
+	" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+	"  SELECT ctid FROM %1$s.idem_keys"
+	"  WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
+	"  AND updated_at OPERATOR(pg_catalog.<=) $1"
+	"  LIMIT $2 FOR UPDATE SKIP LOCKED))"
+	" AND status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
+	" AND updated_at OPERATOR(pg_catalog.<=) $1"
+	" RETURNING scope, operation, key)"
+	" SELECT scope, operation, key FROM flagged",
+	[MPLAN_ANY_RECONCILER] =
+	"SELECT 1 FROM %1$s.idem_reconcilers LIMIT 1",
+	[MPLAN_STUCK_LIST] =
+	"SELECT k.scope, k.operation, k.key, r.handler, r.run_as"
+	" FROM %1$s.idem_keys k JOIN %1$s.idem_reconcilers r"
+	" ON r.operation OPERATOR(pg_catalog.=) k.operation"
+	" WHERE k.status OPERATOR(pg_catalog.=) 'stuck'::pg_catalog.text"
+	" ORDER BY k.updated_at, k.scope, k.operation, k.key LIMIT $1",
+	[MPLAN_STUCK_ROW] =
+	"SELECT k FROM %1$s.idem_keys k"
+	" WHERE k.scope OPERATOR(pg_catalog.=) $1"
+	" AND k.operation OPERATOR(pg_catalog.=) $2"
+	" AND k.key OPERATOR(pg_catalog.=) $3"
+	" AND k.status OPERATOR(pg_catalog.=) 'stuck'::pg_catalog.text"
+	" FOR UPDATE SKIP LOCKED",
+	[MPLAN_SET_RECONCILER] =
+	"INSERT INTO %1$s.idem_reconcilers AS r (operation, handler, run_as)"
+	" VALUES ($1, $2, $3)"
+	" ON CONFLICT (operation) DO UPDATE SET handler = excluded.handler,"
+	" run_as = excluded.run_as, created_at = pg_catalog.now()",
+	[MPLAN_DROP_RECONCILER] =
+	"DELETE FROM %1$s.idem_reconcilers"
+	" WHERE operation OPERATOR(pg_catalog.=) $1",
+};
+
+static const Oid mplan_types[NUM_MPLANS][3] = {
+	[MPLAN_FLAG] = {TIMESTAMPTZOID, INT4OID},
+	[MPLAN_STUCK_LIST] = {INT4OID},
+	[MPLAN_STUCK_ROW] = {TEXTOID, TEXTOID, TEXTOID},
+	[MPLAN_SET_RECONCILER] = {TEXTOID, TEXTOID, REGROLEOID},
+	[MPLAN_DROP_RECONCILER] = {TEXTOID},
+};
+
+static const int mplan_nargs[NUM_MPLANS] = {
+	[MPLAN_FLAG] = 2,
+	[MPLAN_ANY_RECONCILER] = 0,
+	[MPLAN_STUCK_LIST] = 1,
+	[MPLAN_STUCK_ROW] = 3,
+	[MPLAN_SET_RECONCILER] = 3,
+	[MPLAN_DROP_RECONCILER] = 1,
+};
+
+/* Schema of the installed extension, or InvalidOid when it is not installed */
+static Oid
+ExtensionSchema(void)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	Oid			nspid = InvalidOid;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum(IDEM_EXTENSION_NAME));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return nspid;
+}
+
+/* Raise the error for a table of the extension that is missing */
+static void
+ReportMissingTable(const char *relname)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_TABLE),
+			 errmsg("table \"%s\" of extension \"idempotency\" does not exist",
+					relname),
+			 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;")));
+}
+
+/*
+ * Find the extension's tables and lock idem_keys for this unit of work.
+ * With nspid InvalidOid (the worker) the extension is looked up, and a
+ * missing extension or table, or one dropped while we waited for the lock,
+ * is reported by returning false.  With a schema (SQL functions) those are
+ * errors.
+ */
+static bool
+OpenCatalog(Oid nspid)
+{
+	MaintCatalog *cat = &maint_catalog;
+	bool		quiet = !OidIsValid(nspid);
+	Oid			keys;
+	Oid			expires;
+	Oid			reconcilers;
+	int			i;
+
+	if (quiet)
+	{
+		nspid = ExtensionSchema();
+		if (!OidIsValid(nspid))
+			return false;
+	}
+
+	keys = get_relname_relid("idem_keys", nspid);
+	expires = get_relname_relid("idem_keys_expires_at_idx", nspid);
+	reconcilers = get_relname_relid("idem_reconcilers", nspid);
+	if (!OidIsValid(keys) || !OidIsValid(expires) || !OidIsValid(reconcilers))
+	{
+		if (quiet)
+			return false;
+		ReportMissingTable(!OidIsValid(keys) ? "idem_keys" :
+						   !OidIsValid(expires) ? "idem_keys_expires_at_idx" :
+						   "idem_reconcilers");
+	}
+
+	/* Lock by OID, then make sure a concurrent DROP EXTENSION did not win */
+	LockRelationOid(keys, RowExclusiveLock);
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(keys)))
+	{
+		if (quiet)
+			return false;
+		ReportMissingTable("idem_keys");
+	}
+
+	if (cat->nspid != nspid || cat->keys_relid != keys ||
+		cat->expires_indexid != expires || cat->reconcilers_relid != reconcilers)
+	{
+		for (i = 0; i < NUM_MPLANS; i++)
+		{
+			if (cat->plans[i])
+				SPI_freeplan(cat->plans[i]);
+			cat->plans[i] = NULL;
+		}
+		cat->nspid = nspid;
+		cat->keys_relid = keys;
+		cat->expires_indexid = expires;
+		cat->reconcilers_relid = reconcilers;
+	}
+	return true;
+}
+
+/*
+ * The prepared statement for the current installation; SPI must be
+ * connected.  Generic plans: the sweep must stay an index range scan
+ * whatever the first parameters look like.
+ */
+static SPIPlanPtr
+GetPlan(MaintPlan which)
+{
+	MaintCatalog *cat = &maint_catalog;
+
+	if (cat->plans[which] == NULL)
+	{
+		char	   *nspname = get_namespace_name(cat->nspid);
+		char	   *sql = psprintf(mplan_sql[which], quote_identifier(nspname));
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare_cursor(sql, mplan_nargs[which],
+								  (Oid *) mplan_types[which],
+								  CURSOR_OPT_GENERIC_PLAN);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		cat->plans[which] = plan;
+	}
+	return cat->plans[which];
+}
+
+/* Run a prepared statement that returns rows; SPI must be connected */
+static void
+RunPlan(MaintPlan which, Datum *values, const char *nulls)
+{
+	int			rc;
+
+	rc = SPI_execute_plan(GetPlan(which), values, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed: %s", SPI_result_code_string(rc));
+}
+
+/* Column of the current SPI result as text, or NULL */
+static text *
+ResultText(uint64 row, int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+								  col, &isnull);
+
+	return isnull ? NULL : DatumGetTextPP(d);
+}
+
+/*
+ * Per-operation counts of a batch, handed to idem_stats in one call per
+ * operation.  Batches hold few operations; when more than fit, the counts
+ * so far are handed over and the table starts again.
+ */
+#define OP_COUNTS_MAX	16
+
+typedef struct OpCounts
+{
+	int			n;
+	text	   *operation[OP_COUNTS_MAX];	/* copies */
+	int64		count[OP_COUNTS_MAX];
+} OpCounts;
+
+/* Hand the counts to idem_stats and empty the table */
+static void
+OpCountsFlush(OpCounts *oc, IdemCounter counter)
+{
+	int			i;
+
+	for (i = 0; i < oc->n; i++)
+	{
+		IdemStatsCount(VARDATA_ANY(oc->operation[i]),
+					   VARSIZE_ANY_EXHDR(oc->operation[i]), counter,
+					   oc->count[i]);
+		pfree(oc->operation[i]);
+	}
+	oc->n = 0;
+}
+
+/* Count one record of an operation */
+static void
+OpCountsAdd(OpCounts *oc, text *operation, IdemCounter counter)
+{
+	int			len = VARSIZE_ANY_EXHDR(operation);
+	int			i;
+
+	for (i = oc->n - 1; i >= 0; i--)
+	{
+		if (VARSIZE_ANY_EXHDR(oc->operation[i]) == len &&
+			memcmp(VARDATA_ANY(oc->operation[i]), VARDATA_ANY(operation), len) == 0)
+		{
+			oc->count[i]++;
+			return;
+		}
+	}
+	if (oc->n == OP_COUNTS_MAX)
+		OpCountsFlush(oc, counter);
+	oc->operation[oc->n] = DatumGetTextPCopy(PointerGetDatum(operation));
+	oc->count[oc->n] = 1;
+	oc->n++;
+}
+
+/*
+ * Raise an error unless the current role may delete records of idem_keys,
+ * as a DELETE statement would require (the SQL entry points have refused
+ * read-only transactions already).
+ */
+static void
+CheckDeletable(Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	AclResult	aclresult;
+
+	aclresult = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
+	if (aclresult == ACLCHECK_OK)
+		aclresult = pg_class_aclcheck(relid, GetUserId(), ACL_DELETE);
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, OBJECT_TABLE, RelationGetRelationName(rel));
+	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("row-level security on \"idem_keys\" is not supported"),
+				 errhint("Separate tenants with the \"scope\" argument instead.")));
+}
+
+/*
+ * Delete up to batch_size expired completed records, those with expires_at
+ * in [*lower, now], straight through the expires_at index and the table
+ * access method, like keys.c writes (no SQL, no triggers).  A record that
+ * another transaction is changing or has changed since our snapshot (a
+ * renewal by idem_reserve) makes the non-waiting delete fail: it is skipped,
+ * which is FOR UPDATE SKIP LOCKED without a separate row lock.  *lower
+ * moves to the last expires_at seen, so the next batch resumes there
+ * instead of walking again over the index entries of deleted rows.
+ * Returns the number deleted and counts them per operation in idem_stats.
+ */
+static int64
+SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
+{
+	MaintCatalog *cat = &maint_catalog;
+	Relation	heap;
+	Relation	index;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	ScanKeyData skey[2];
+	int			nkeys = 0;
+	Snapshot	snapshot;
+	CommandId	cid;
+	OpCounts	oc;
+	int64		deleted = 0;
+
+	heap = table_open(cat->keys_relid, RowExclusiveLock);
+	index = index_open(cat->expires_indexid, AccessShareLock);
+	CheckDeletable(heap);
+
+	ScanKeyInit(&skey[nkeys++], 1, BTLessEqualStrategyNumber,
+				F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
+	if (*lower != DT_NOBEGIN)
+		ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
+					F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
+
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	cid = GetCurrentCommandId(true);
+	slot = table_slot_create(heap, NULL);
+#if PG_VERSION_NUM >= 180000
+	scan = index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
+#else
+	scan = index_beginscan(heap, index, snapshot, nkeys, 0);
+#endif
+	index_rescan(scan, skey, nkeys, NULL, 0);
+	oc.n = 0;
+
+	while (deleted < batch_size &&
+		   index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		TimestampTz expires_at;
+		text	   *status;
+		TM_FailureData tmfd;
+
+		CHECK_FOR_INTERRUPTS();
+		expires_at = DatumGetTimestampTz(slot_getattr(slot, Anum_idem_expires_at, &isnull));
+		if (expires_at > *lower)
+			*lower = expires_at;
+
+		/* processing and stuck records never expire */
+		status = DatumGetTextPP(slot_getattr(slot, Anum_idem_status, &isnull));
+		if (VARSIZE_ANY_EXHDR(status) != 9 ||
+			memcmp(VARDATA_ANY(status), "completed", 9) != 0)
+			continue;
+
+		if (table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
+							   InvalidSnapshot, false, &tmfd, false) != TM_Ok)
+			continue;			/* being changed, or changed: not ours now */
+
+		OpCountsAdd(&oc,
+					DatumGetTextPP(slot_getattr(slot, Anum_idem_operation, &isnull)),
+					IDEM_STAT_EXPIRED);
+		deleted++;
+	}
+
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	index_close(index, AccessShareLock);
+	table_close(heap, RowExclusiveLock);
+
+	OpCountsFlush(&oc, IDEM_STAT_EXPIRED);
+	CommandCounterIncrement();
+	return deleted;
+}
+
+/* Queue NOTIFY idem_stuck for one flagged record */
+static void
+NotifyStuck(StringInfo buf, text *scope, text *operation, text *key)
+{
+	resetStringInfo(buf);
+	appendStringInfoString(buf, "{\"scope\":");
+	escape_json(buf, text_to_cstring(scope));
+	appendStringInfoString(buf, ",\"operation\":");
+	escape_json(buf, text_to_cstring(operation));
+	appendStringInfoString(buf, ",\"key\":");
+	escape_json(buf, text_to_cstring(key));
+	appendStringInfoChar(buf, '}');
+
+	if (buf->len < IDEM_NOTIFY_MAX)
+		Async_Notify(IDEM_STUCK_CHANNEL, buf->data);
+	else
+		elog(DEBUG1, "idempotency: NOTIFY payload for a stuck record is too long and was not sent");
+}
+
+/*
+ * Flag one batch of processing records last updated at or before cutoff
+ * as stuck, with a NOTIFY each (sent when the transaction commits).  The
+ * rows are picked with FOR UPDATE SKIP LOCKED: one that another transaction
+ * is writing (idem_complete, idem_checkpoint or idem_release under way) is
+ * left for the next pass.  Returns the number flagged and counts them per
+ * operation in idem_stats.
+ */
+static int64
+FlagBatch(int batch_size, TimestampTz cutoff)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	StringInfoData buf;
+	OpCounts	oc;
+	uint64		i;
+	int64		total;
+
+	values[0] = TimestampTzGetDatum(cutoff);
+	values[1] = Int32GetDatum(batch_size);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	RunPlan(MPLAN_FLAG, values, nulls);
+	total = SPI_processed;
+
+	initStringInfo(&buf);
+	oc.n = 0;
+	for (i = 0; i < SPI_processed; i++)
+	{
+		text	   *operation = ResultText(i, 2);
+
+		NotifyStuck(&buf, ResultText(i, 1), operation, ResultText(i, 3));
+		OpCountsAdd(&oc, operation, IDEM_STAT_FLAGGED_STUCK);
+	}
+	OpCountsFlush(&oc, IDEM_STAT_FLAGGED_STUCK);
+
+	SPI_finish();
+	return total;
+}
+
+/*
+ * The stuck records whose operation has a reconciler, oldest heartbeat
+ * first, at most limit of them, copied into cxt.
+ */
+static List *
+ListStuck(int limit, MemoryContext cxt)
+{
+	Datum		values[1];
+	char		nulls[1] = {' '};
+	List	   *result = NIL;
+	uint64		i;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	/* Without reconcilers, do not read idem_keys at all */
+	RunPlan(MPLAN_ANY_RECONCILER, NULL, NULL);
+	if (SPI_processed == 0)
+	{
+		SPI_finish();
+		return NIL;
+	}
+
+	values[0] = Int32GetDatum(limit);
+	RunPlan(MPLAN_STUCK_LIST, values, nulls);
+	for (i = 0; i < SPI_processed; i++)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(cxt);
+		StuckRecord *rec = palloc(sizeof(StuckRecord));
+		bool		isnull;
+
+		rec->scope = DatumGetTextPCopy(PointerGetDatum(ResultText(i, 1)));
+		rec->operation = DatumGetTextPCopy(PointerGetDatum(ResultText(i, 2)));
+		rec->key = DatumGetTextPCopy(PointerGetDatum(ResultText(i, 3)));
+		rec->handler = text_to_cstring(ResultText(i, 4));
+		rec->run_as = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+													 SPI_tuptable->tupdesc,
+													 5, &isnull));
+		result = lappend(result, rec);
+		MemoryContextSwitchTo(oldcxt);
+	}
+
+	SPI_finish();
+	return result;
+}
+
+/*
+ * The record as a composite datum of type idem_keys, in the current memory
+ * context, if it is still stuck, locked FOR UPDATE until the transaction
+ * ends; otherwise, or when another transaction is writing it, (Datum) 0.
+ * Read with the latest snapshot, so that the lock never meets a row version
+ * newer than the snapshot (no serialization failure in REPEATABLE READ).
+ */
+static Datum
+FetchStuckRow(StuckRecord *rec)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	Datum		row = (Datum) 0;
+	Snapshot	snapshot;
+	int			rc;
+
+	values[0] = PointerGetDatum(rec->scope);
+	values[1] = PointerGetDatum(rec->operation);
+	values[2] = PointerGetDatum(rec->key);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	rc = SPI_execute_snapshot(GetPlan(MPLAN_STUCK_ROW), values, nulls,
+							  snapshot, InvalidSnapshot, false, false, 0);
+	UnregisterSnapshot(snapshot);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
+	if (SPI_processed > 0)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[0],
+									  SPI_tuptable->tupdesc, 1, &isnull);
+
+		if (!isnull)
+			row = SPI_datumTransfer(d, false, -1);
+	}
+	SPI_finish();
+	return row;
+}
+
+/* OID of a stored reconciler signature; an ERROR when it no longer resolves */
+static Oid
+ResolveHandler(StuckRecord *rec)
+{
+	LOCAL_FCINFO(fcinfo, 1);
+	Datum		result;
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = CStringGetTextDatum(rec->handler);
+	fcinfo->args[0].isnull = false;
+	result = to_regprocedure(fcinfo);
+	if (fcinfo->isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("function %s does not exist", rec->handler),
+				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
+	return DatumGetObjectId(result);
+}
+
+/*
+ * Call the reconciler of a stuck record as the role that registered it,
+ * in a security-restricted context whose setting changes are undone.
+ */
+static void
+CallReconciler(StuckRecord *rec, Datum row)
+{
+	Oid			handler = ResolveHandler(rec);
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+	AclResult	aclresult;
+	FmgrInfo	flinfo;
+	LOCAL_FCINFO(fcinfo, 1);
+
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rec->run_as)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role with OID %u that registered the reconciler does not exist",
+						rec->run_as),
+				 errhint("Register the reconciler again with idem_set_reconciler.")));
+#if PG_VERSION_NUM >= 160000
+	aclresult = object_aclcheck(ProcedureRelationId, handler, rec->run_as, ACL_EXECUTE);
+#else
+	aclresult = pg_proc_aclcheck(handler, rec->run_as, ACL_EXECUTE);
+#endif
+	if (aclresult != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("role \"%s\" that registered the reconciler may not execute function %s",
+						GetUserNameFromId(rec->run_as, false), rec->handler)));
+
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(rec->run_as,
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	save_nestlevel = NewGUCNestLevel();
+
+	fmgr_info(handler, &flinfo);
+	InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, NULL, NULL);
+	fcinfo->args[0].value = row;
+	fcinfo->args[0].isnull = false;
+	(void) FunctionCallInvoke(fcinfo);
+
+	AtEOXact_GUC(false, save_nestlevel);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+}
+
+/*
+ * Reconcile one stuck record in a subtransaction, with the record locked
+ * (FetchStuckRow): while the reconciler runs, the application cannot settle
+ * it behind its back (its idem_complete waits, then finds it settled).
+ * Returns 1 when the reconciler returned, -1 when it raised (reported as a
+ * WARNING naming the key), 0 when the record is no longer stuck or another
+ * transaction is writing it.
+ */
+static int
+ReconcileOne(StuckRecord *rec)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Datum		row;
+	volatile int result = 1;
+
+	row = FetchStuckRow(rec);
+	if (row == (Datum) 0)
+		return 0;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		CallReconciler(rec, row);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("reconciler %s failed for idempotency key \"%s\"",
+						rec->handler, text_to_cstring(rec->key)),
+				 errdetail("Operation \"%s\", scope \"%s\". The reconciler raised: %s",
+						   text_to_cstring(rec->operation),
+						   text_to_cstring(rec->scope), edata->message),
+				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
+				 edata->context ? errcontext_msg("%s", edata->context) : 0));
+		FreeErrorData(edata);
+		result = -1;
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/* Start a unit of work: its own transaction in worker and procedure mode */
+static void
+UnitBegin(PassState *ps, const char *activity)
+{
+	if (ps->mode == IDEM_TXN_WORKER)
+	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		pgstat_report_activity(STATE_RUNNING, activity);
+	}
+	if (ps->mode != IDEM_TXN_CALLER)
+		PushActiveSnapshot(GetTransactionSnapshot());
+	MemoryContextSwitchTo(ps->unitcxt);
+}
+
+/* End a unit of work: commit it in worker and procedure mode */
+static void
+UnitEnd(PassState *ps)
+{
+	MemoryContextSwitchTo(ps->passcxt);
+	if (ps->mode != IDEM_TXN_CALLER)
+		PopActiveSnapshot();
+	if (ps->mode == IDEM_TXN_WORKER)
+	{
+		CommitTransactionCommand();
+		pgstat_report_stat(false);
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	else if (ps->mode == IDEM_TXN_PROCEDURE)
+	{
+		SPI_commit();
+#if PG_VERSION_NUM < 150000
+		SPI_start_transaction();
+#endif
+	}
+	MemoryContextSwitchTo(ps->passcxt);
+	MemoryContextReset(ps->unitcxt);
+}
+
+/* Account for a finished batch that started at start; its duration */
+static int64
+NoteBatch(PassState *ps, TimestampTz start)
+{
+	int64		us = GetCurrentTimestamp() - start;
+
+	ps->counts->batches++;
+	if (us > ps->counts->longest_batch_us)
+		ps->counts->longest_batch_us = us;
+	return us;
+}
+
+/* Between units: should the pass end here?  batch_us: the batch just done */
+static bool
+StopRequested(PassState *ps, int64 batch_us)
+{
+	CHECK_FOR_INTERRUPTS();
+	if (ps->stop != NULL && ps->stop(batch_us))
+	{
+		ps->counts->stopped = true;
+		return true;
+	}
+	return false;
+}
+
+/* Open the catalog for a unit; false (pass ends) when the extension is gone */
+static bool
+UnitOpen(PassState *ps)
+{
+	if (OpenCatalog(ps->nspid))
+		return true;
+	UnitEnd(ps);
+	ps->counts->missing = true;
+	return false;
+}
+
+/* Batch size of this pass */
+static int
+BatchSize(PassState *ps)
+{
+	return ps->batch_size > 0 ? ps->batch_size : idem_sweep_batch_size;
+}
+
+/* Phase 1: delete expired completed records, a batch per unit */
+static bool
+SweepPhase(PassState *ps)
+{
+	TimestampTz lower = DT_NOBEGIN;
+
+	for (;;)
+	{
+		TimestampTz start = GetCurrentTimestamp();
+		int			batch = BatchSize(ps);
+		int64		n;
+		int64		batch_us;
+
+		UnitBegin(ps, "idempotency: deleting expired records");
+		if (!UnitOpen(ps))
+			return false;
+
+		/*
+		 * A batch of our own need not wait for its WAL flush: if a crash
+		 * forgets it, the next pass deletes those records again.
+		 */
+		if (ps->mode != IDEM_TXN_CALLER)
+			(void) set_config_option("synchronous_commit", "off", PGC_SUSET,
+									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
+									 false);
+		n = SweepBatch(batch, GetCurrentTransactionStartTimestamp(), &lower);
+		UnitEnd(ps);
+		batch_us = NoteBatch(ps, start);
+		ps->counts->deleted += n;
+		if (n < batch)
+			return true;
+		if (StopRequested(ps, batch_us))
+			return false;
+	}
+}
+
+/* Phase 2: flag processing records past processing_timeout, a batch per unit */
+static bool
+FlagPhase(PassState *ps)
+{
+	for (;;)
+	{
+		TimestampTz start = GetCurrentTimestamp();
+		int			batch = BatchSize(ps);
+		TimestampTz cutoff;
+		int64		n;
+		int64		batch_us;
+
+		UnitBegin(ps, "idempotency: flagging stuck records");
+		if (!UnitOpen(ps))
+			return false;
+		cutoff = TimestampTzPlusMilliseconds(GetCurrentTransactionStartTimestamp(),
+											 -(int64) idem_processing_timeout_ms);
+		n = FlagBatch(batch, cutoff);
+		UnitEnd(ps);
+		batch_us = NoteBatch(ps, start);
+		ps->counts->flagged += n;
+		if (n < batch)
+			return true;
+		if (StopRequested(ps, batch_us))
+			return false;
+	}
+}
+
+/* Phase 3: call the reconciler of each stuck record, one unit per call */
+static bool
+ReconcilePhase(PassState *ps)
+{
+	List	   *stuck;
+	ListCell   *lc;
+
+	UnitBegin(ps, "idempotency: listing stuck records");
+	if (!UnitOpen(ps))
+		return false;
+	stuck = ListStuck(BatchSize(ps), ps->passcxt);
+	UnitEnd(ps);
+
+	foreach(lc, stuck)
+	{
+		StuckRecord *rec = (StuckRecord *) lfirst(lc);
+		int			r;
+
+		if (StopRequested(ps, 0))
+			return false;
+		UnitBegin(ps, "idempotency: calling a reconciler");
+		if (!UnitOpen(ps))
+			return false;
+		r = ReconcileOne(rec);
+		UnitEnd(ps);
+		if (r > 0)
+			ps->counts->reconciled++;
+		else if (r < 0)
+			ps->counts->failed++;
+	}
+	return true;
+}
+
+/*
+ * Run the given phases of a pass.  The pass's memory must outlive the
+ * transactions of worker and procedure mode, so it hangs below the
+ * current context, which the caller keeps across them.
+ */
+static void
+RunPass(IdemTxnMode mode, Oid nspid, int phases, int batch_size,
+		IdemStopCallback stop, IdemPassCounts *counts)
+{
+	PassState	ps;
+	MemoryContext oldcxt = CurrentMemoryContext;
+
+	memset(counts, 0, sizeof(*counts));
+	ps.mode = mode;
+	ps.nspid = nspid;
+	ps.batch_size = batch_size;
+	ps.stop = stop;
+	ps.counts = counts;
+	ps.passcxt = AllocSetContextCreate(CurrentMemoryContext,
+									   "idempotency maintenance pass",
+									   ALLOCSET_DEFAULT_SIZES);
+	ps.unitcxt = AllocSetContextCreate(ps.passcxt,
+									   "idempotency maintenance unit",
+									   ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(ps.passcxt);
+
+	if ((phases & PHASE_SWEEP) == 0 || SweepPhase(&ps))
+		if ((phases & PHASE_FLAG) == 0 || FlagPhase(&ps))
+			if (phases & PHASE_RECONCILE)
+				(void) ReconcilePhase(&ps);
+
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextDelete(ps.passcxt);
+}
+
+/*
+ * One maintenance pass over the current database: sweep, flag, reconcile.
+ * nspid InvalidOid finds the extension and does nothing where it is not
+ * installed.  In worker mode, call it outside a transaction.
+ */
+void
+IdemMaintainDatabase(IdemTxnMode mode, Oid nspid, IdemStopCallback stop,
+					 IdemPassCounts *counts)
+{
+	RunPass(mode, nspid, PHASE_ALL, 0, stop, counts);
+}
+
+/* idem_sweep(batch_size) → bigint: expired records deleted */
+Datum
+idem_sweep(PG_FUNCTION_ARGS)
+{
+	int			batch_size = 0;
+	IdemPassCounts counts;
+
+	PreventCommandIfReadOnly("idem_sweep()");
+
+	if (!PG_ARGISNULL(0))
+	{
+		batch_size = PG_GETARG_INT32(0);
+		if (batch_size <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"batch_size\" must be positive"),
+					 errdetail("The value was %d.", batch_size)));
+	}
+	RunPass(IDEM_TXN_CALLER, IdemFunctionNamespace(fcinfo), PHASE_SWEEP,
+			batch_size, NULL, &counts);
+	PG_RETURN_INT64(counts.deleted);
+}
+
+/* idem_flag_stuck() → bigint: processing records flagged stuck */
+Datum
+idem_flag_stuck(PG_FUNCTION_ARGS)
+{
+	IdemPassCounts counts;
+
+	PreventCommandIfReadOnly("idem_flag_stuck()");
+
+	RunPass(IDEM_TXN_CALLER, IdemFunctionNamespace(fcinfo), PHASE_FLAG, 0,
+			NULL, &counts);
+	PG_RETURN_INT64(counts.flagged);
+}
+
+/* idem_reconcile() → bigint: reconciler calls that returned normally */
+Datum
+idem_reconcile(PG_FUNCTION_ARGS)
+{
+	IdemPassCounts counts;
+
+	PreventCommandIfReadOnly("idem_reconcile()");
+
+	RunPass(IDEM_TXN_CALLER, IdemFunctionNamespace(fcinfo), PHASE_RECONCILE,
+			0, NULL, &counts);
+	PG_RETURN_INT64(counts.reconciled);
+}
+
+/*
+ * CALL idem_maintain(): the worker's pass, with a commit after every batch
+ * and every reconciler call.  Inside a transaction block (or called from a
+ * function) it cannot commit and runs everything in that transaction.
+ */
+Datum
+idem_maintain(PG_FUNCTION_ARGS)
+{
+	Oid			nspid = IdemFunctionNamespace(fcinfo);
+	bool		nonatomic;
+	IdemPassCounts counts;
+
+	PreventCommandIfReadOnly("idem_maintain()");
+
+	nonatomic = fcinfo->context != NULL &&
+		IsA(fcinfo->context, CallContext) &&
+		!castNode(CallContext, fcinfo->context)->atomic;
+
+	if (!nonatomic)
+	{
+		RunPass(IDEM_TXN_CALLER, nspid, PHASE_ALL, 0, NULL, &counts);
+		PG_RETURN_VOID();
+	}
+
+	if (SPI_connect_ext(SPI_OPT_NONATOMIC) != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect_ext failed");
+	RunPass(IDEM_TXN_PROCEDURE, nspid, PHASE_ALL, 0, NULL, &counts);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* Check that a function can be a reconciler: f(idem_keys), not a set */
+static void
+CheckReconcilerSignature(Oid handler, Oid rowtype)
+{
+	HeapTuple	tuple;
+	Form_pg_proc proc;
+
+	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(handler));
+	if (!HeapTupleIsValid(tuple))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("function with OID %u does not exist", handler)));
+	proc = (Form_pg_proc) GETSTRUCT(tuple);
+
+	if (proc->prokind != PROKIND_FUNCTION)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"handler\" must be a plain function"),
+				 errdetail("%s is a procedure, an aggregate or a window function.",
+						   format_procedure(handler))));
+	if (proc->pronargs != 1 || proc->proargtypes.values[0] != rowtype)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"handler\" must take exactly one argument of type %s",
+						format_type_be(rowtype)),
+				 errdetail("Function %s takes other arguments.",
+						   format_procedure(handler)),
+				 errhint("A reconciler receives the stuck record and settles it with idem_complete or idem_release.")));
+	if (proc->proretset)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"handler\" must not return a set"),
+				 errdetail("Function %s returns a set.", format_procedure(handler))));
+	ReleaseSysCache(tuple);
+}
+
+/*
+ * idem_set_reconciler(operation, handler) → void: register the reconciler
+ * of an operation (it runs as the current role), or remove it with NULL.
+ */
+Datum
+idem_set_reconciler(PG_FUNCTION_ARGS)
+{
+	text	   *operation = PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0);
+	Oid			nspid = IdemFunctionNamespace(fcinfo);
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+
+	PreventCommandIfReadOnly("idem_set_reconciler()");
+
+	IdemCheckOperation(operation);
+	values[0] = PointerGetDatum(operation);
+
+	if (!PG_ARGISNULL(1))
+	{
+		Oid			handler = PG_GETARG_OID(1);
+		AclResult	aclresult;
+
+		(void) OpenCatalog(nspid);
+		CheckReconcilerSignature(handler,
+								 get_rel_type_id(maint_catalog.keys_relid));
+#if PG_VERSION_NUM >= 160000
+		aclresult = object_aclcheck(ProcedureRelationId, handler, GetUserId(), ACL_EXECUTE);
+#else
+		aclresult = pg_proc_aclcheck(handler, GetUserId(), ACL_EXECUTE);
+#endif
+		if (aclresult != ACLCHECK_OK)
+			aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(handler));
+
+		values[1] = CStringGetTextDatum(format_procedure_qualified(handler));
+		values[2] = ObjectIdGetDatum(GetUserId());
+	}
+	else
+		(void) OpenCatalog(nspid);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	RunPlan(PG_ARGISNULL(1) ? MPLAN_DROP_RECONCILER : MPLAN_SET_RECONCILER,
+			values, nulls);
+	SPI_finish();
+	PG_RETURN_VOID();
+}

@@ -1,0 +1,616 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  The background worker and its settings: one launcher for the cluster
+ *	  and short-lived workers, each running one maintenance pass
+ *	  (maintenance.c) in one database.
+ *
+ * Design
+ * ------
+ * The launcher is a static background worker registered from _PG_init
+ * under shared_preload_libraries.  Like autovacuum's launcher it connects
+ * to no database and reads only the shared catalog pg_database.  Every
+ * idempotency.sweep_interval it queues each database that accepts
+ * connections and is not a template, and starts a dynamic worker for each,
+ * at most idempotency.max_workers at a time; the postmaster tells it when
+ * one exits (bgw_notify_pid).  A worker connects to its database, leaves at
+ * once unless the extension is installed there, runs one pass and exits.
+ * So every database that has the extension is served with no configuration,
+ * including one created or installed after start-up (at the next round).
+ * Slots: the launcher plus at most max_workers workers, out of
+ * max_worker_processes.
+ *
+ * Databases that go away
+ * ----------------------
+ * Connecting to a database dropped after the launcher listed it would fail
+ * with FATAL.  So before connecting, a worker takes, for its whole life and
+ * without waiting, the lock a connecting backend takes (RowExclusiveLock on
+ * the database object), then checks that the database's directory exists.
+ * DROP DATABASE needs AccessExclusiveLock on that object and removes the
+ * directory before it commits: once the lock is held and the directory is
+ * there, the database cannot vanish under the worker.  If the lock is busy
+ * (DROP DATABASE, ALTER DATABASE RENAME or SET TABLESPACE, CREATE DATABASE
+ * copying it) the worker leaves quietly and the database waits for the next
+ * round.  Between units of work the worker ends its pass when someone waits
+ * for that lock, so it holds such a command up for one batch at most; the
+ * lock goes only when the worker exits, after it has left the ProcArray, so
+ * DROP DATABASE never finds it still connected.  A dropped extension ends a
+ * pass quietly too (maintenance.c).
+ *
+ * Yielding
+ * --------
+ * While client sessions are running queries or sit inside a transaction,
+ * a worker sleeps after each batch so that its batches take at most
+ * idempotency.sweep_duty_cycle percent of its time; on an otherwise idle
+ * server it runs its batches back to back.  A backlog is then cleared at
+ * full speed when nobody waits for the CPU, and slowly when the
+ * application needs it.
+ *
+ * Signals and standby
+ * -------------------
+ * SIGTERM: die(), so a running batch is cancelled at once; between units
+ * the processes exit without a FATAL message.  SIGHUP reloads the settings
+ * (launcher: interval, enabled, max_workers; a running worker: enabled,
+ * batch size and duty cycle).  Both are registered with
+ * BgWorkerStart_RecoveryFinished: nothing runs on a standby, and the
+ * launcher starts when one is promoted.
+ * The launcher is restarted IDEM_LAUNCHER_RESTART_S after a crash; after a
+ * crash of any server process, at once with the rest of the server.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_database.h"
+#include "common/relpath.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "storage/pmsignal.h"
+#include "tcop/tcopprot.h"
+#include "utils/backend_status.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "idempotency.h"
+
+PGDLLEXPORT void idem_launcher_main(Datum main_arg);
+PGDLLEXPORT void idem_worker_main(Datum main_arg);
+
+/* idempotency.sweep_interval, in milliseconds */
+int			idem_sweep_interval_ms = 10000;
+
+/* idempotency.sweep_batch_size */
+int			idem_sweep_batch_size = 10000;
+
+/* idempotency.enabled */
+bool		idem_worker_enabled = true;
+
+/* idempotency.max_workers */
+int			idem_max_workers = 2;
+
+/* idempotency.sweep_duty_cycle, in percent */
+int			idem_sweep_duty_cycle = 10;
+
+/* Longest pause between two batches, in milliseconds */
+#define IDEM_MAX_YIELD_MS			1000
+
+/* Seconds before the postmaster restarts a launcher that exited with error */
+#define IDEM_LAUNCHER_RESTART_S		5
+
+/* Upper bound of idempotency.max_workers */
+#define IDEM_MAX_WORKERS_LIMIT		64
+
+/* datconnlimit of a database left invalid by an interrupted DROP DATABASE */
+#define IDEM_DATCONNLIMIT_INVALID	(-2)
+
+/* A database waiting for a worker */
+typedef struct QueuedDatabase
+{
+	Oid			dboid;
+	Oid			spcoid;			/* its default tablespace */
+	NameData	name;
+} QueuedDatabase;
+
+/* A worker the launcher started and has not seen exit yet */
+typedef struct RunningWorker
+{
+	Oid			dboid;
+	BackgroundWorkerHandle *handle;
+} RunningWorker;
+
+/* Launcher state, in launcher_cxt */
+static MemoryContext launcher_cxt;
+static QueuedDatabase *queue;
+static int	queue_len;
+static int	queue_cap;
+static RunningWorker running[IDEM_MAX_WORKERS_LIMIT];
+static int	nrunning;
+static bool slots_warned;
+
+/* Worker state: the lock on its database held for the whole visit */
+static LOCKTAG visit_locktag;
+
+/* Wait events of the launcher's sleep and of a worker's pause */
+static uint32 launcher_wait_event = PG_WAIT_EXTENSION;
+static uint32 worker_wait_event = PG_WAIT_EXTENSION;
+
+/* Define the worker's settings; register the launcher when preloaded */
+void
+IdemWorkerInit(void)
+{
+	BackgroundWorker worker;
+
+	DefineCustomIntVariable("idempotency.sweep_interval",
+							"Time between two maintenance passes of the background worker.",
+							"Each pass visits every database that has the extension: it deletes expired records, flags stuck ones and calls reconcilers.",
+							&idem_sweep_interval_ms,
+							10000,
+							10,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.sweep_batch_size",
+							"Records deleted or flagged per transaction by the maintenance pass.",
+							"Also the default batch size of idem_sweep and the most reconciler calls per pass.",
+							&idem_sweep_batch_size,
+							10000,
+							1,
+							1000000,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("idempotency.enabled",
+							 "Runs the background worker's maintenance passes.",
+							 "Off pauses the worker; the SQL maintenance functions still work.",
+							 &idem_worker_enabled,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.max_workers",
+							"Maximum number of databases the background worker maintains at the same time.",
+							"Each takes a background worker slot (max_worker_processes) while it runs, besides the launcher's.",
+							&idem_max_workers,
+							2,
+							1,
+							IDEM_MAX_WORKERS_LIMIT,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idempotency.sweep_duty_cycle",
+							"Share of time the worker spends in batches while other sessions are busy, in percent.",
+							"While client sessions are running queries, the worker sleeps after each batch so that its batches take at most this share of its time; on an otherwise idle server it does not pause.  100 never pauses.",
+							&idem_sweep_duty_cycle,
+							10,
+							1,
+							100,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = IDEM_LAUNCHER_RESTART_S;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idem_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "idempotency launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "idempotency launcher");
+	RegisterBackgroundWorker(&worker);
+}
+
+/* Is the database queued or being visited already? */
+static bool
+DatabaseKnown(Oid dboid)
+{
+	int			i;
+
+	for (i = 0; i < queue_len; i++)
+		if (queue[i].dboid == dboid)
+			return true;
+	for (i = 0; i < nrunning; i++)
+		if (running[i].dboid == dboid)
+			return true;
+	return false;
+}
+
+/* Queue every database a worker may visit, unless queued or visited now */
+static void
+QueueDatabases(void)
+{
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	(void) GetTransactionSnapshot();
+
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+
+		/* Templates are skipped: a connection would block CREATE DATABASE */
+		if (!db->datallowconn || db->datistemplate ||
+			db->datconnlimit == IDEM_DATCONNLIMIT_INVALID)
+			continue;
+		if (DatabaseKnown(db->oid))
+			continue;
+
+		if (queue_len == queue_cap)
+		{
+			queue_cap = Max(16, queue_cap * 2);
+			queue = queue == NULL ?
+				MemoryContextAlloc(launcher_cxt, queue_cap * sizeof(QueuedDatabase)) :
+				repalloc(queue, queue_cap * sizeof(QueuedDatabase));
+		}
+		queue[queue_len].dboid = db->oid;
+		queue[queue_len].spcoid = db->dattablespace;
+		queue[queue_len].name = db->datname;
+		queue_len++;
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	CommitTransactionCommand();
+	MemoryContextSwitchTo(launcher_cxt);
+}
+
+/* Forget the workers that have exited */
+static void
+ReapWorkers(void)
+{
+	int			i = 0;
+
+	while (i < nrunning)
+	{
+		pid_t		pid;
+
+		switch (GetBackgroundWorkerPid(running[i].handle, &pid))
+		{
+			case BGWH_STOPPED:
+				pfree(running[i].handle);
+				running[i] = running[--nrunning];
+				continue;
+			case BGWH_POSTMASTER_DIED:
+				proc_exit(1);
+				break;
+			default:
+				break;
+		}
+		i++;
+	}
+}
+
+/* Start workers for queued databases while slots are free */
+static void
+StartWorkers(void)
+{
+	while (queue_len > 0 && nrunning < idem_max_workers)
+	{
+		QueuedDatabase *db = &queue[0];
+		BackgroundWorker worker;
+		BackgroundWorkerHandle *handle;
+
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = BGW_NEVER_RESTART;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "idempotency");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "idem_worker_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "idempotency worker for database %s",
+				 NameStr(db->name));
+		snprintf(worker.bgw_type, BGW_MAXLEN, "idempotency worker");
+		worker.bgw_main_arg = ObjectIdGetDatum(db->dboid);
+		memcpy(worker.bgw_extra, &db->spcoid, sizeof(Oid));
+		worker.bgw_notify_pid = MyProcPid;
+
+		if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+		{
+			/* Try again when one of ours exits or at the next round */
+			if (!slots_warned)
+				ereport(LOG,
+						(errmsg("idempotency launcher could not start a worker: no background worker slot is free"),
+						 errhint("Raise max_worker_processes; the extension needs one slot for its launcher and up to idempotency.max_workers (%d) more.",
+								 idem_max_workers)));
+			slots_warned = true;
+			return;
+		}
+		slots_warned = false;
+
+		running[nrunning].dboid = db->dboid;
+		running[nrunning].handle = handle;
+		nrunning++;
+		queue_len--;
+		memmove(&queue[0], &queue[1], queue_len * sizeof(QueuedDatabase));
+	}
+}
+
+/* Milliseconds from now until then, at least 1 */
+static long
+MillisecondsUntil(TimestampTz now, TimestampTz then)
+{
+	long		secs;
+	int			usecs;
+
+	if (then <= now)
+		return 1;
+	TimestampDifference(now, then, &secs, &usecs);
+	if (secs >= LONG_MAX / 1000 - 1)
+		return LONG_MAX / 1000 - 1;
+	return Max(1, secs * 1000 + usecs / 1000);
+}
+
+/* Entry point of the launcher */
+void
+idem_launcher_main(Datum main_arg)
+{
+	bool		have_round = false;
+	TimestampTz last_round = 0;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* No database: like autovacuum's launcher, only shared catalogs */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+
+#if PG_VERSION_NUM >= 170000
+	launcher_wait_event = WaitEventExtensionNew("IdempotencyLauncherMain");
+#endif
+
+	launcher_cxt = AllocSetContextCreate(TopMemoryContext,
+										 "idempotency launcher",
+										 ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(launcher_cxt);
+
+	ereport(DEBUG1, (errmsg_internal("idempotency launcher started")));
+
+	for (;;)
+	{
+		TimestampTz now;
+		long		timeout_ms;
+
+		/* Shutdown or pg_terminate_backend while idle: leave without FATAL */
+		if (ProcDiePending)
+			proc_exit(1);
+		CHECK_FOR_INTERRUPTS();
+
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		ReapWorkers();
+		now = GetCurrentTimestamp();
+
+		if (!idem_worker_enabled || RecoveryInProgress())
+		{
+			/* Paused: forget the queue; enabling starts a round at once */
+			queue_len = 0;
+			have_round = false;
+			timeout_ms = 60 * 1000L;
+		}
+		else
+		{
+			if (!have_round ||
+				now >= TimestampTzPlusMilliseconds(last_round, idem_sweep_interval_ms))
+			{
+				QueueDatabases();
+				last_round = now;
+				have_round = true;
+			}
+			StartWorkers();
+			timeout_ms = MillisecondsUntil(now,
+										   TimestampTzPlusMilliseconds(last_round,
+																	   idem_sweep_interval_ms));
+		}
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout_ms, launcher_wait_event);
+		ResetLatch(MyLatch);
+	}
+}
+
+/*
+ * At exit, after we left the ProcArray, release the lock on the database.
+ * Nothing else would: session locks are released only by transaction abort,
+ * and a leftover would stay attached to the PGPROC the next process gets.
+ */
+static void
+ReleaseVisitLock(int code, Datum arg)
+{
+	LockRelease(&visit_locktag, RowExclusiveLock, true);
+}
+
+/*
+ * Take the lock a connecting backend takes on the database, for the whole
+ * visit and without waiting, and check that the database still exists
+ * (see the file header).  false: leave without connecting.
+ */
+static bool
+LockDatabaseForVisit(Oid dboid, Oid spcoid)
+{
+	struct stat st;
+
+	SET_LOCKTAG_OBJECT(visit_locktag, InvalidOid, DatabaseRelationId, dboid, 0);
+	if (LockAcquire(&visit_locktag, RowExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		elog(DEBUG1, "idempotency worker: database %u is busy, skipped", dboid);
+		return false;
+	}
+
+	/*
+	 * Registered before InitPostgres registers its own exit callbacks, so it
+	 * runs after them (in reverse order), once we are out of the ProcArray.
+	 */
+	on_shmem_exit(ReleaseVisitLock, (Datum) 0);
+	if (stat(GetDatabasePath(dboid, spcoid), &st) != 0 || !S_ISDIR(st.st_mode))
+	{
+		elog(DEBUG1, "idempotency worker: database %u no longer exists", dboid);
+		return false;
+	}
+	return true;
+}
+
+/* Is any client session running a query or inside a transaction now? */
+static bool
+ClientsBusy(void)
+{
+	int			n = pgstat_fetch_stat_numbackends();
+	bool		busy = false;
+	int			i;
+
+	for (i = 1; i <= n && !busy; i++)
+	{
+#if PG_VERSION_NUM >= 160001
+		/* renamed in 16.1 */
+		LocalPgBackendStatus *local = pgstat_get_local_beentry_by_index(i);
+#else
+		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
+#endif
+		PgBackendStatus *be;
+
+		if (local == NULL)
+			continue;
+		be = &local->backendStatus;
+		if (be->st_backendType != B_BACKEND || be->st_procpid == MyProcPid)
+			continue;
+		busy = (be->st_state == STATE_RUNNING ||
+				be->st_state == STATE_FASTPATH ||
+				be->st_state == STATE_IDLEINTRANSACTION);
+	}
+	pgstat_clear_snapshot();
+	return busy;
+}
+
+/*
+ * Yield to busy client sessions after a batch that took batch_us: sleep so
+ * that batches take at most idempotency.sweep_duty_cycle percent of the
+ * time.  On an otherwise idle server, no pause.
+ */
+static void
+YieldAfterBatch(int64 batch_us)
+{
+	int64		sleep_ms;
+
+	if (batch_us <= 0 || idem_sweep_duty_cycle >= 100 || !ClientsBusy())
+		return;
+	sleep_ms = batch_us * (100 - idem_sweep_duty_cycle) / idem_sweep_duty_cycle / 1000;
+	sleep_ms = Min(Max(sleep_ms, 1), IDEM_MAX_YIELD_MS);
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 sleep_ms, worker_wait_event);
+	ResetLatch(MyLatch);
+}
+
+/* Between units of a worker's pass: pause, exit, or end the pass? */
+static bool
+WorkerShouldStop(int64 batch_us)
+{
+	YieldAfterBatch(batch_us);
+
+	/* Shutdown or pg_terminate_backend: no transaction is open, leave */
+	if (ProcDiePending)
+		proc_exit(0);
+	CHECK_FOR_INTERRUPTS();
+	if (!PostmasterIsAlive())
+		proc_exit(1);
+
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+	if (!idem_worker_enabled)
+		return true;
+
+	/* DROP DATABASE or the like waits for us: let it go */
+	return LockHasWaiters(&visit_locktag, RowExclusiveLock, true);
+}
+
+/* Entry point of a worker: one maintenance pass in one database */
+void
+idem_worker_main(Datum main_arg)
+{
+	Oid			dboid = DatumGetObjectId(main_arg);
+	Oid			spcoid;
+	TimestampTz start;
+	IdemPassCounts counts;
+
+	memcpy(&spcoid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+#if PG_VERSION_NUM >= 170000
+	worker_wait_event = WaitEventExtensionNew("IdempotencyWorkerYield");
+#endif
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (!LockDatabaseForVisit(dboid, spcoid))
+		proc_exit(0);
+
+	/* The launcher checked datallowconn; a change since must not fail us */
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid,
+											  BGWORKER_BYPASS_ALLOWCONN);
+
+	if (RecoveryInProgress() || !idem_worker_enabled)
+		proc_exit(0);
+
+	/*
+	 * Per-database settings must not cancel our batches, make them read
+	 * only or change their isolation; reconcilers may still SET their own.
+	 */
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_SESSION);
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_SESSION);
+	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET, PGC_S_SESSION);
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_SESSION);
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_SESSION);
+
+	start = GetCurrentTimestamp();
+	IdemMaintainDatabase(IDEM_TXN_WORKER, InvalidOid, WorkerShouldStop, &counts);
+
+	if (counts.missing && counts.batches == 0)
+		proc_exit(0);			/* the extension is not installed here */
+	ereport(DEBUG1,
+			(errmsg_internal("%s: deleted %lld expired records, flagged %lld stuck, reconciled %lld (%lld failed) in %ld ms; %lld batches, longest %.3f ms%s",
+							 MyBgworkerEntry->bgw_name,
+							 (long long) counts.deleted,
+							 (long long) counts.flagged,
+							 (long long) counts.reconciled,
+							 (long long) counts.failed,
+							 (long) ((GetCurrentTimestamp() - start) / 1000),
+							 (long long) counts.batches,
+							 counts.longest_batch_us / 1000.0,
+							 counts.stopped ? " (stopped early)" : "")));
+	proc_exit(0);
+}
