@@ -990,51 +990,67 @@ ReportNotFound(text *scope, text *operation, text *key, const char *action)
 			 errhint("Call idem_reserve first; a record may also have been released or expired.")));
 }
 
-/* Move a processing or stuck record to completed with its result */
-void
-IdemComplete(Oid nspid, text *scope, text *operation, text *key,
-			 Jsonb *response, int32 response_status, text *resource_id,
-			 bool count_stats)
+/*
+ * Update the live processing or stuck record of (scope, operation, key) with
+ * the columns marked in replace[] and the heartbeat, reading it again while
+ * a concurrent writer changes it.  "action" names the caller in errors;
+ * "completing" asks for the late-completion expiry rule.
+ */
+static void
+UpdateLiveRecord(Oid nspid, text *scope, text *operation, text *key,
+				 const char *action, const char *function, bool completing,
+				 Datum *values, bool *nulls, bool *replace)
 {
 	IdemCatalog *cat = GetCatalog(nspid);
 	IdemRecord	rec;
 	IdemWriter	w;
-	Datum		values[Natts_idem_keys];
-	bool		nulls[Natts_idem_keys];
-	bool		replace[Natts_idem_keys];
 	TM_Result	result;
 
 	CheckReadable(cat->relid);
-	InitRow(values, nulls, replace);
-	SetColumn(values, nulls, replace, Anum_status, CStringGetTextDatum("completed"), false);
-	SetColumn(values, nulls, replace, Anum_response, PointerGetDatum(response), response == NULL);
-	SetColumn(values, nulls, replace, Anum_response_status, Int32GetDatum(response_status), false);
-	SetColumn(values, nulls, replace, Anum_resource_id, PointerGetDatum(resource_id), resource_id == NULL);
 	SetColumn(values, nulls, replace, Anum_updated_at,
 			  TimestampTzGetDatum(GetCurrentTimestamp()), false);
-	WriterOpen(cat, ACL_UPDATE, "idem_complete()", &w);
+	WriterOpen(cat, ACL_UPDATE, function, &w);
 	do
 	{
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-		if (!FetchForChange(cat, scope, operation, key, &rec, "complete"))
-			ReportNotFound(scope, operation, key, "complete");
+		if (!FetchForChange(cat, scope, operation, key, &rec, action))
+			ReportNotFound(scope, operation, key, action);
 
 		/*
 		 * A record completed after its expires_at (a stuck one reconciled
 		 * late) would vanish at once and let the next retry run the effect
 		 * again: give it its ttl again, counted from now.
 		 */
-		if (rec.expires_at <= now)
+		if (completing && rec.expires_at <= now)
 			SetColumn(values, nulls, replace, Anum_expires_at,
 					  TimestampTzGetDatum(now + (rec.expires_at - rec.created_at)), false);
 		result = UpdateRow(&w, &rec, values, nulls, replace);
 	} while (result != TM_Ok);
 	WriterClose(&w);
+}
+
+/* Move a processing or stuck record to completed with its result */
+void
+IdemComplete(Oid nspid, text *scope, text *operation, text *key,
+			 Jsonb *response, int32 response_status, text *resource_id,
+			 bool count_stats)
+{
+	Datum		values[Natts_idem_keys];
+	bool		nulls[Natts_idem_keys];
+	bool		replace[Natts_idem_keys];
+
+	InitRow(values, nulls, replace);
+	SetColumn(values, nulls, replace, Anum_status, CStringGetTextDatum("completed"), false);
+	SetColumn(values, nulls, replace, Anum_response, PointerGetDatum(response), response == NULL);
+	SetColumn(values, nulls, replace, Anum_response_status, Int32GetDatum(response_status), false);
+	SetColumn(values, nulls, replace, Anum_resource_id, PointerGetDatum(resource_id), resource_id == NULL);
+	UpdateLiveRecord(nspid, scope, operation, key, "complete", "idem_complete()",
+					 true, values, nulls, replace);
 
 	if (count_stats)
 		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
-				   IDEM_STAT_COMPLETES, 1);
+					   IDEM_STAT_COMPLETES, 1);
 }
 
 /* Delete a processing or stuck record; false when there is none */
@@ -1069,29 +1085,16 @@ static void
 IdemCheckpoint(Oid nspid, text *scope, text *operation, text *key,
 			   text *recovery_point)
 {
-	IdemCatalog *cat = GetCatalog(nspid);
-	IdemRecord	rec;
-	IdemWriter	w;
 	Datum		values[Natts_idem_keys];
 	bool		nulls[Natts_idem_keys];
 	bool		replace[Natts_idem_keys];
-	TM_Result	result;
 
-	CheckReadable(cat->relid);
 	InitRow(values, nulls, replace);
 	SetColumn(values, nulls, replace, Anum_status, CStringGetTextDatum("processing"), false);
 	SetColumn(values, nulls, replace, Anum_recovery_point, PointerGetDatum(recovery_point),
 			  recovery_point == NULL);
-	SetColumn(values, nulls, replace, Anum_updated_at,
-			  TimestampTzGetDatum(GetCurrentTimestamp()), false);
-	WriterOpen(cat, ACL_UPDATE, "idem_checkpoint()", &w);
-	do
-	{
-		if (!FetchForChange(cat, scope, operation, key, &rec, "checkpoint"))
-			ReportNotFound(scope, operation, key, "checkpoint");
-		result = UpdateRow(&w, &rec, values, nulls, replace);
-	} while (result != TM_Ok);
-	WriterClose(&w);
+	UpdateLiveRecord(nspid, scope, operation, key, "checkpoint", "idem_checkpoint()",
+					 false, values, nulls, replace);
 }
 
 /* Argument n as text, or NULL */
