@@ -537,14 +537,7 @@ FetchRecord(IdemCatalog *cat, Snapshot snapshot, text *scope, text *operation,
 		}
 
 		if (tuple_out)
-		{
-			bool		should_free;
-			HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-
-			*tuple_out = heap_copy_tuple_as_datum(tuple, RelationGetDescr(heap));
-			if (should_free)
-				heap_freetuple(tuple);
-		}
+			*tuple_out = heap_copy_tuple_as_datum(rec->tuple, RelationGetDescr(heap));
 	}
 
 	index_endscan(scan);
