@@ -1,10 +1,13 @@
 -- Key storage and the key lifecycle: reserve, complete, release, checkpoint,
 -- lookup.  The functions are C and run inside the caller's transaction.
 
+-- The key columns compare bytewise (COLLATE "C"): keys are identifiers, and
+-- every reservation descends the primary key, which with a linguistic
+-- collation would call strcoll() at each step.
 CREATE TABLE @extschema@.idem_keys (
-	scope			text		NOT NULL,
-	operation		text		NOT NULL,
-	key				text		NOT NULL,
+	scope			text		COLLATE "C" NOT NULL,
+	operation		text		COLLATE "C" NOT NULL,
+	key				text		COLLATE "C" NOT NULL,
 	request_hash	bytea,
 	status			text		NOT NULL
 		CONSTRAINT idem_keys_status_check
