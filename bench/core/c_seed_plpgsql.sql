@@ -1,2 +1,2 @@
 \set k random(1, 9000000000000000)
-SELECT bench_pay_plpgsql('k-' || :k, 'o-' || :k, 100);
+SELECT bench_pay_plpgsql('k-:k', 'o-:k', 100);
