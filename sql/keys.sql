@@ -170,5 +170,54 @@ SELECT outcome FROM idem_reserve('late', 'l3');
 ROLLBACK;
 SELECT outcome FROM idem_reserve('late', 'l3');
 
+-- Finishing a key reserved earlier in the same transaction goes straight to
+-- the row the reservation wrote; it must still be that key's current row.
+-- Checkpoints move the row, and completion finds it where the last one left it
+BEGIN;
+SELECT outcome FROM idem_reserve('same-xact', 't1');
+SELECT idem_checkpoint('same-xact', 't1', 'step-1');
+SELECT idem_checkpoint('same-xact', 't1', 'step-2');
+SELECT idem_complete('same-xact', 't1', '{"n": 1}');
+SAVEPOINT c;
+SELECT idem_checkpoint('same-xact', 't1', 'step-3');
+ROLLBACK TO SAVEPOINT c;
+COMMIT;
+SELECT status, recovery_point, response FROM idem_lookup('same-xact', 't1');
+-- A reservation rolled back to a savepoint is gone
+BEGIN;
+SAVEPOINT s;
+SELECT outcome FROM idem_reserve('same-xact', 't2');
+ROLLBACK TO SAVEPOINT s;
+SAVEPOINT e;
+SELECT idem_complete('same-xact', 't2', '{"n": 2}');
+ROLLBACK TO SAVEPOINT e;
+SELECT outcome FROM idem_reserve('same-xact', 't2');
+SELECT idem_complete('same-xact', 't2', '{"n": 2}');
+COMMIT;
+-- Two keys reserved, the first completed: each keeps its own result
+BEGIN;
+SELECT outcome FROM idem_reserve('same-xact', 't3');
+SELECT outcome FROM idem_reserve('same-xact', 't4');
+SELECT idem_complete('same-xact', 't3', '{"n": 3}');
+SELECT idem_complete('same-xact', 't4', '{"n": 4}');
+COMMIT;
+-- Released, then completed: not reserved any more
+BEGIN;
+SELECT outcome FROM idem_reserve('same-xact', 't5');
+SELECT idem_release('same-xact', 't5');
+SELECT idem_complete('same-xact', 't5', '{"n": 5}');
+ROLLBACK;
+-- Changed by SQL in between: completion updates the row's new version
+BEGIN;
+SELECT outcome FROM idem_reserve('same-xact', 't6');
+UPDATE idem_keys SET recovery_point = 'by hand' WHERE operation = 'same-xact' AND key = 't6';
+SELECT idem_complete('same-xact', 't6', '{"n": 6}');
+COMMIT;
+SELECT key, status, recovery_point, response FROM idem_keys
+WHERE operation = 'same-xact' ORDER BY key;
+CREATE EXTENSION amcheck;
+SELECT bt_index_check(indexrelid, true) FROM pg_index WHERE indrelid = 'idem_keys'::regclass;
+DROP EXTENSION amcheck;
+
 -- leave nothing behind for the next test
 DELETE FROM idem_keys;

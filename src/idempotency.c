@@ -55,6 +55,7 @@ _PG_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	IdemKeysInit();
 	IdemStatsInit();
 	IdemWorkerInit();
 

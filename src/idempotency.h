@@ -104,6 +104,7 @@ extern void IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 						 text *resource_id, bool count_stats);
 extern bool IdemRelease(Oid nspid, text *scope, text *operation, text *key);
 extern Oid	IdemFunctionNamespace(FunctionCallInfo fcinfo);
+extern void IdemKeysInit(void);
 
 /* worker.c: maintenance settings and the background worker */
 extern int	idem_sweep_interval_ms;

@@ -31,9 +31,17 @@
  *	  collides with the application's own advisory locks.  Because it is held
  *	  only around the write, a transaction may reserve any number of keys
  *	  without filling the lock table.
+ *	- A reservation that found no record need not read it again under the
+ *	  key lock when nobody wrote it in between.  Writers bump a per-slot
+ *	  write generation in shared memory before releasing the key lock, and
+ *	  the reserver compares the generation it read before its first read
+ *	  with the one it sees once it holds the lock (IdemKeysShared).  So a
+ *	  new key costs one primary-key read and the insert.
  *	- Completing, releasing and checkpointing update the row in place with
  *	  the table AM; a concurrent writer makes the update wait and then report
- *	  the row changed, and the loop reads it again.
+ *	  the row changed, and the loop reads it again.  When the current
+ *	  transaction wrote the record, they find it at the place it was last
+ *	  written (IdemLastWrite) instead of through the index.
  *
  * Reads go straight through the primary-key index, and writes straight to
  * the heap and its indexes (table_tuple_insert/update/delete and
@@ -66,8 +74,12 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -85,6 +97,13 @@ PG_FUNCTION_INFO_V1(idem_complete);
 PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_checkpoint);
 PG_FUNCTION_INFO_V1(idem_lookup);
+
+/* The local id of the current transaction */
+#if PG_VERSION_NUM >= 170000
+#define CurrentLocalXid()	(MyProc->vxid.lxid)
+#else
+#define CurrentLocalXid()	(MyProc->lxid)
+#endif
 
 /* Fourth field of our advisory lock tags: "id" */
 #define IDEM_LOCKTAG_SPACE	0x6964
@@ -146,16 +165,126 @@ typedef struct IdemFnCache
 	TupleDesc	tupdesc;		/* result row of idem_reserve */
 } IdemFnCache;
 
-/* An open idem_keys with what direct writes need */
+/*
+ * An open idem_keys with what direct writes need.  The indexes are opened
+ * only when an entry must be added: a completion is a HOT update and needs
+ * none.
+ */
 typedef struct IdemWriter
 {
 	Relation	rel;
-	EState	   *estate;
+	EState	   *estate;			/* NULL until the indexes are opened */
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
 } IdemWriter;
 
+/*
+ * Where this backend last wrote a record, so that completing, checkpointing
+ * or releasing the key in the same transaction finds its row without
+ * reading the primary key again.  Only a hint: the row at tid is used only
+ * if it is still the current transaction's live version of the same key.
+ */
+typedef struct IdemLastWrite
+{
+	LocalTransactionId lxid;	/* transaction that wrote it, or invalid */
+	Oid			relid;
+	ItemPointerData tid;
+} IdemLastWrite;
+
+/*
+ * Write generations in shared memory, one counter per slot of key hashes.
+ * A reservation that finds no record reads its slot's counter before that
+ * read and again once it holds the key lock; every writer bumps the counter
+ * before it releases the key lock.  An unchanged counter proves that nobody
+ * created the record in between, so the second read of the primary key is
+ * skipped.  Without shared_preload_libraries there are no counters and the
+ * record is always read again.
+ */
+#define IDEM_GENERATION_SLOTS	4096
+
+typedef struct IdemKeysShared
+{
+	pg_atomic_uint64 generation[IDEM_GENERATION_SLOTS];
+} IdemKeysShared;
+
 static IdemCatalog idem_catalog;
+static IdemLastWrite idem_last_write;
+static IdemKeysShared *idem_keys_shared = NULL;
+
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+#if PG_VERSION_NUM >= 150000
+/* shmem_request_hook: request the write generations */
+static void
+KeysShmemRequest(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(IdemKeysShared)));
+}
+#endif
+
+/* shmem_startup_hook: create or attach the write generations */
+static void
+KeysShmemStartup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	idem_keys_shared = ShmemInitStruct("idempotency keys",
+									   sizeof(IdemKeysShared), &found);
+	if (!found)
+	{
+		int			i;
+
+		for (i = 0; i < IDEM_GENERATION_SLOTS; i++)
+			pg_atomic_init_u64(&idem_keys_shared->generation[i], 0);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* When preloaded, register the write generations' shared memory */
+void
+IdemKeysInit(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+#if PG_VERSION_NUM >= 150000
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = KeysShmemRequest;
+#else
+	RequestAddinShmemSpace(MAXALIGN(sizeof(IdemKeysShared)));
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = KeysShmemStartup;
+}
+
+/* The write generation of a key's slot (0 without shared memory) */
+static inline uint64
+ReadGeneration(uint64 keyhash)
+{
+	uint64		gen;
+
+	if (idem_keys_shared == NULL)
+		return 0;
+	gen = pg_atomic_read_u64(&idem_keys_shared->generation[keyhash % IDEM_GENERATION_SLOTS]);
+	pg_read_barrier();
+	return gen;
+}
+
+/* After writing a record, before releasing its key lock */
+static inline void
+BumpGeneration(uint64 keyhash)
+{
+	if (idem_keys_shared != NULL)
+		pg_atomic_fetch_add_u64(&idem_keys_shared->generation[keyhash % IDEM_GENERATION_SLOTS], 1);
+}
 
 /* Name of an outcome as the SQL API spells it */
 const char *
@@ -409,9 +538,9 @@ CheckReadable(Oid relid)
 				 errhint("Separate tenants with the \"scope\" argument instead.")));
 }
 
-/* The key lock's tag for (scope, operation, key) */
-static void
-KeyLockTag(LOCKTAG *tag, text *scope, text *operation, text *key)
+/* 64-bit hash of (scope, operation, key): the key lock's tag and generation slot */
+static uint64
+KeyHash(text *scope, text *operation, text *key)
 {
 	uint64		h;
 
@@ -424,7 +553,13 @@ KeyLockTag(LOCKTAG *tag, text *scope, text *operation, text *key)
 	h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(scope),
 							VARSIZE_ANY_EXHDR(scope),
 							h ^ ((uint64) VARSIZE_ANY_EXHDR(scope) << 32));
+	return h;
+}
 
+/* The key lock's tag for a key hash */
+static void
+KeyLockTag(LOCKTAG *tag, uint64 h)
+{
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 IDEM_LOCKTAG_SPACE);
 }
@@ -445,6 +580,56 @@ ParseStatus(text *t)
 		return STATUS_STUCK;
 	elog(ERROR, "invalid status \"%.*s\" in idem_keys", len, s);
 	return STATUS_PROCESSING;	/* keep compiler quiet */
+}
+
+/*
+ * Copy the row in slot, read with snapshot, into rec (and, when tuple_out
+ * is given, into a composite datum there too)
+ */
+static void
+FillRecord(TupleTableSlot *slot, Snapshot snapshot, IdemRecord *rec,
+		   Datum *tuple_out)
+{
+	Datum		d;
+	bool		isnull;
+
+	slot_getallattrs(slot);
+	memset(rec, 0, sizeof(*rec));
+	rec->status = ParseStatus(DatumGetTextPP(slot->tts_values[Anum_status - 1]));
+	if (!slot->tts_isnull[Anum_request_hash - 1])
+		rec->request_hash = DatumGetByteaPCopy(slot->tts_values[Anum_request_hash - 1]);
+	if (!slot->tts_isnull[Anum_response_status - 1])
+	{
+		rec->has_response_status = true;
+		rec->response_status = DatumGetInt32(slot->tts_values[Anum_response_status - 1]);
+	}
+	if (!slot->tts_isnull[Anum_response - 1])
+		rec->response = DatumGetJsonbPCopy(slot->tts_values[Anum_response - 1]);
+	if (!slot->tts_isnull[Anum_resource_id - 1])
+		rec->resource_id = DatumGetTextPCopy(slot->tts_values[Anum_resource_id - 1]);
+	if (!slot->tts_isnull[Anum_recovery_point - 1])
+		rec->recovery_point = DatumGetTextPCopy(slot->tts_values[Anum_recovery_point - 1]);
+	rec->created_at = DatumGetTimestampTz(slot->tts_values[Anum_created_at - 1]);
+	rec->updated_at = DatumGetTimestampTz(slot->tts_values[Anum_updated_at - 1]);
+	rec->expires_at = DatumGetTimestampTz(slot->tts_values[Anum_expires_at - 1]);
+
+	d = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+	rec->mine = !isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(d));
+	rec->tuple = ExecCopySlotHeapTuple(slot);
+	rec->tid = slot->tts_tid;
+
+	if (snapshot->snapshot_type == SNAPSHOT_DIRTY)
+	{
+		/* A new row version carries xmin, an old one being replaced xmax */
+		rec->other = TransactionIdIsValid(snapshot->xmin) ?
+			snapshot->xmin : snapshot->xmax;
+		rec->other_deletes = !TransactionIdIsValid(snapshot->xmin) &&
+			TransactionIdIsValid(snapshot->xmax) &&
+			ItemPointerEquals(&rec->tuple->t_self, &rec->tuple->t_data->t_ctid);
+	}
+
+	if (tuple_out)
+		*tuple_out = heap_copy_tuple_as_datum(rec->tuple, slot->tts_tupleDescriptor);
 }
 
 /*
@@ -495,56 +680,73 @@ FetchRecord(IdemCatalog *cat, Snapshot snapshot, text *scope, text *operation,
 #endif
 	index_rescan(scan, skey, 3, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
-
 	if (found)
-	{
-		Datum		d;
-		bool		isnull;
-
-		slot_getallattrs(slot);
-		memset(rec, 0, sizeof(*rec));
-		rec->status = ParseStatus(DatumGetTextPP(slot->tts_values[Anum_status - 1]));
-		if (!slot->tts_isnull[Anum_request_hash - 1])
-			rec->request_hash = DatumGetByteaPCopy(slot->tts_values[Anum_request_hash - 1]);
-		if (!slot->tts_isnull[Anum_response_status - 1])
-		{
-			rec->has_response_status = true;
-			rec->response_status = DatumGetInt32(slot->tts_values[Anum_response_status - 1]);
-		}
-		if (!slot->tts_isnull[Anum_response - 1])
-			rec->response = DatumGetJsonbPCopy(slot->tts_values[Anum_response - 1]);
-		if (!slot->tts_isnull[Anum_resource_id - 1])
-			rec->resource_id = DatumGetTextPCopy(slot->tts_values[Anum_resource_id - 1]);
-		if (!slot->tts_isnull[Anum_recovery_point - 1])
-			rec->recovery_point = DatumGetTextPCopy(slot->tts_values[Anum_recovery_point - 1]);
-		rec->created_at = DatumGetTimestampTz(slot->tts_values[Anum_created_at - 1]);
-		rec->updated_at = DatumGetTimestampTz(slot->tts_values[Anum_updated_at - 1]);
-		rec->expires_at = DatumGetTimestampTz(slot->tts_values[Anum_expires_at - 1]);
-
-		d = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
-		rec->mine = !isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(d));
-		rec->tuple = ExecCopySlotHeapTuple(slot);
-		rec->tid = slot->tts_tid;
-
-		if (snapshot->snapshot_type == SNAPSHOT_DIRTY)
-		{
-			/* A new row version carries xmin, an old one being replaced xmax */
-			rec->other = TransactionIdIsValid(snapshot->xmin) ?
-				snapshot->xmin : snapshot->xmax;
-			rec->other_deletes = !TransactionIdIsValid(snapshot->xmin) &&
-				TransactionIdIsValid(snapshot->xmax) &&
-				ItemPointerEquals(&rec->tuple->t_self, &rec->tuple->t_data->t_ctid);
-		}
-
-		if (tuple_out)
-			*tuple_out = heap_copy_tuple_as_datum(rec->tuple, RelationGetDescr(heap));
-	}
+		FillRecord(slot, snapshot, rec, tuple_out);
 
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	index_close(index, AccessShareLock);
 	table_close(heap, AccessShareLock);
 	return found;
+}
+
+/* Does a text datum hold exactly the bytes of t? */
+static bool
+TextDatumEquals(Datum d, text *t)
+{
+	text	   *v = DatumGetTextPP(d);
+
+	return VARSIZE_ANY_EXHDR(v) == VARSIZE_ANY_EXHDR(t) &&
+		memcmp(VARDATA_ANY(v), VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t)) == 0;
+}
+
+/*
+ * Read the record of (scope, operation, key) at the place this backend last
+ * wrote one, if that row is still this transaction's live version of the
+ * same key; false sends the caller to the primary key.  The answer equals
+ * the index's: the unique key allows one row version that a dirty snapshot
+ * sees, and an uncommitted row of ours is one nobody else can be changing.
+ */
+static bool
+FetchLastWrite(Relation heap, text *scope, text *operation, text *key,
+			   IdemRecord *rec)
+{
+	SnapshotData dirty;
+	TupleTableSlot *slot;
+	bool		found = false;
+
+	if (idem_last_write.lxid != CurrentLocalXid() ||
+		idem_last_write.relid != RelationGetRelid(heap))
+		return false;
+
+	InitDirtySnapshot(dirty);
+	slot = table_slot_create(heap, NULL);
+	if (table_tuple_fetch_row_version(heap, &idem_last_write.tid, &dirty, slot) &&
+		!TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax))
+	{
+		bool		isnull;
+		Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+
+		slot_getsomeattrs(slot, Anum_key);
+		found = !isnull &&
+			TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin)) &&
+			TextDatumEquals(slot->tts_values[Anum_key - 1], key) &&
+			TextDatumEquals(slot->tts_values[Anum_operation - 1], operation) &&
+			TextDatumEquals(slot->tts_values[Anum_scope - 1], scope);
+		if (found)
+			FillRecord(slot, &dirty, rec, NULL);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	return found;
+}
+
+/* Remember where the writer's slot now holds this transaction's record */
+static void
+RememberWrite(IdemWriter *w)
+{
+	idem_last_write.lxid = CurrentLocalXid();
+	idem_last_write.relid = RelationGetRelid(w->rel);
+	idem_last_write.tid = w->slot->tts_tid;
 }
 
 /* Is a completed record past its expires_at, and so gone? */
@@ -580,10 +782,9 @@ WriterOpen(IdemCatalog *cat, AclMode modes, const char *function, IdemWriter *w)
 	if (modes & ACL_DELETE)
 		CheckPrivilege(cat->relid, ACL_DELETE);
 	w->rel = table_open(cat->relid, RowExclusiveLock);
-	w->estate = CreateExecutorState();
-	w->rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(w->rri, w->rel, 1, NULL, 0);
-	ExecOpenIndices(w->rri, false);
+	CheckColumns(w->rel);
+	w->estate = NULL;
+	w->rri = NULL;
 	w->slot = MakeSingleTupleTableSlot(RelationGetDescr(w->rel), &TTSOpsHeapTuple);
 }
 
@@ -592,8 +793,11 @@ static void
 WriterClose(IdemWriter *w)
 {
 	ExecDropSingleTupleTableSlot(w->slot);
-	ExecCloseIndices(w->rri);
-	FreeExecutorState(w->estate);
+	if (w->estate)
+	{
+		ExecCloseIndices(w->rri);
+		FreeExecutorState(w->estate);
+	}
 	table_close(w->rel, NoLock);
 	CommandCounterIncrement();
 }
@@ -607,6 +811,13 @@ WriterClose(IdemWriter *w)
 static void
 InsertIndexEntries(IdemWriter *w)
 {
+	if (w->estate == NULL)
+	{
+		w->estate = CreateExecutorState();
+		w->rri = makeNode(ResultRelInfo);
+		InitResultRelInfo(w->rri, w->rel, 1, NULL, 0);
+		ExecOpenIndices(w->rri, false);
+	}
 #if PG_VERSION_NUM >= 160000
 	ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL, false);
 #else
@@ -633,6 +844,7 @@ InsertRow(IdemWriter *w, Datum *values, bool *nulls)
 	ExecStoreHeapTuple(tuple, w->slot, true);
 	table_tuple_insert(w->rel, w->slot, GetCurrentCommandId(true), 0, NULL);
 	InsertIndexEntries(w);
+	RememberWrite(w);
 }
 
 /*
@@ -666,6 +878,8 @@ UpdateRow(IdemWriter *w, IdemRecord *rec, Datum *values, bool *nulls, bool *repl
 	if (result == TM_Ok && update_indexes)
 #endif
 		InsertIndexEntries(w);
+	if (result == TM_Ok)
+		RememberWrite(w);
 	return result;
 }
 
@@ -825,12 +1039,13 @@ ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires_at = ExpiryTime(now, ttl);
 	bytea	   *hash = request ? IdemHashJsonb(request) : NULL;
+	uint64		keyhash = KeyHash(scope, operation, key);
 	LOCKTAG		tag;
 	bool		locked = false;
 
 	memset(result, 0, sizeof(*result));
 	CheckReadable(cat->relid);
-	KeyLockTag(&tag, scope, operation, key);
+	KeyLockTag(&tag, keyhash);
 
 	for (;;)
 	{
@@ -838,6 +1053,7 @@ ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
 		IdemRecord	rec;
 		bool		found;
 		bool		live;
+		uint64		generation = ReadGeneration(keyhash);
 
 		InitDirtySnapshot(dirty);
 		found = FetchRecord(cat, &dirty, scope, operation, key, &rec, NULL);
@@ -862,8 +1078,14 @@ ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
 			 */
 			if (live && HashDiffers(rec.request_hash, hash))
 				result->outcome = IDEM_MISMATCH;
-			else if (wait && !locked)
+			else if (wait)
 			{
+				/* Not holding the key lock while waiting: it guards writes only */
+				if (locked)
+				{
+					LockRelease(&tag, ExclusiveLock, false);
+					locked = false;
+				}
 				XactLockTableWait(rec.other, NULL, NULL, XLTW_None);
 				continue;
 			}
@@ -877,7 +1099,12 @@ ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
 			break;
 		}
 
-		/* Absent or expired: take the key lock, then look once more */
+		/*
+		 * Absent or expired: take the key lock, then look once more, unless
+		 * the record was absent and its write generation shows that nobody
+		 * has written it since (see IdemKeysShared).  An expired row is read
+		 * again in any case: renewing it needs its current version.
+		 */
 		if (!locked)
 		{
 			if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
@@ -886,12 +1113,15 @@ ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
 				break;
 			}
 			locked = true;
-			continue;
+			if (found || idem_keys_shared == NULL ||
+				ReadGeneration(keyhash) != generation)
+				continue;
 		}
 
 		if (!WriteReservation(cat, &rec, found, scope, operation, key, hash, now,
 							  expires_at, completed))
 			continue;
+		BumpGeneration(keyhash);
 		result->outcome = IDEM_NEW;
 		result->has_expires_at = true;
 		result->expires_at = expires_at;
@@ -936,22 +1166,24 @@ IdemReserveCompleted(Oid nspid, text *scope, text *operation, text *key,
 }
 
 /*
- * Read the live record to complete, release or checkpoint, waiting for any
- * other open transaction writing it.  Returns false when there is no live
- * record; a completed record raises ID002: the action would let a retry run
- * the effect twice.
+ * Read the live record to complete, release or checkpoint through the
+ * writer w, waiting for any other open transaction writing it.  Returns
+ * false when there is no live record; a completed record raises ID002: the
+ * action would let a retry run the effect twice.
  */
 static bool
-FetchForChange(IdemCatalog *cat, text *scope, text *operation, text *key,
-			   IdemRecord *rec, const char *action)
+FetchForChange(IdemCatalog *cat, IdemWriter *w, text *scope, text *operation,
+			   text *key, IdemRecord *rec, const char *action)
 {
 	for (;;)
 	{
 		SnapshotData dirty;
 
 		InitDirtySnapshot(dirty);
-		if (!FetchRecord(cat, &dirty, scope, operation, key, rec, NULL) ||
-			IsExpired(rec, GetCurrentTransactionStartTimestamp()))
+		if (!FetchLastWrite(w->rel, scope, operation, key, rec) &&
+			!FetchRecord(cat, &dirty, scope, operation, key, rec, NULL))
+			return false;
+		if (IsExpired(rec, GetCurrentTransactionStartTimestamp()))
 			return false;
 		if (TransactionIdIsValid(rec->other))
 		{
@@ -1007,7 +1239,7 @@ UpdateLiveRecord(Oid nspid, text *scope, text *operation, text *key,
 	{
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-		if (!FetchForChange(cat, scope, operation, key, &rec, action))
+		if (!FetchForChange(cat, &w, scope, operation, key, &rec, action))
 			ReportNotFound(scope, operation, key, action);
 
 		/*
@@ -1059,7 +1291,7 @@ IdemRelease(Oid nspid, text *scope, text *operation, text *key)
 	WriterOpen(cat, ACL_DELETE, "idem_release()", &w);
 	do
 	{
-		if (!FetchForChange(cat, scope, operation, key, &rec, "release"))
+		if (!FetchForChange(cat, &w, scope, operation, key, &rec, "release"))
 		{
 			WriterClose(&w);
 			return false;
