@@ -23,6 +23,15 @@ CREATE TABLE bench_idempotency_records (
 	PRIMARY KEY (account_id, operation, idempotency_key)
 );
 
+-- (g) the floor: the smallest write any idempotency design must add, one
+-- key row in a unique index beside the payment row, with no check at all
+CREATE TABLE bench_floor_keys (
+	scope		text COLLATE "C" NOT NULL,
+	operation	text COLLATE "C" NOT NULL,
+	key			text COLLATE "C" NOT NULL,
+	PRIMARY KEY (scope, operation, key)
+);
+
 -- (c) the seed's flow as one PL/pgSQL function
 CREATE FUNCTION bench_pay_plpgsql(p_key text, p_order text, p_amount int)
 RETURNS jsonb LANGUAGE plpgsql AS $$
