@@ -213,6 +213,13 @@ SELECT outcome FROM idem_reserve('same-xact', 't6');
 UPDATE idem_keys SET recovery_point = 'by hand' WHERE operation = 'same-xact' AND key = 't6';
 SELECT idem_complete('same-xact', 't6', '{"n": 6}');
 COMMIT;
+-- Emptied by TRUNCATE in between: not reserved any more (the remembered
+-- place is in storage the table no longer has)
+BEGIN;
+SELECT outcome FROM idem_reserve('same-xact-truncated', 't7');
+TRUNCATE idem_keys;
+SELECT idem_complete('same-xact-truncated', 't7', '{"n": 7}');
+ROLLBACK;
 SELECT key, status, recovery_point, response FROM idem_keys
 WHERE operation = 'same-xact' ORDER BY key;
 CREATE EXTENSION amcheck;

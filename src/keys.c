@@ -98,6 +98,13 @@ PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_checkpoint);
 PG_FUNCTION_INFO_V1(idem_lookup);
 
+/* The relation's current storage: TRUNCATE or VACUUM FULL changes it */
+#if PG_VERSION_NUM >= 160000
+#define RelationFileNumber(rel)	((rel)->rd_locator.relNumber)
+#else
+#define RelationFileNumber(rel)	((rel)->rd_node.relNode)
+#endif
+
 /* The local id of the current transaction */
 #if PG_VERSION_NUM >= 170000
 #define CurrentLocalXid()	(MyProc->vxid.lxid)
@@ -187,7 +194,9 @@ typedef struct IdemWriter
 typedef struct IdemLastWrite
 {
 	LocalTransactionId lxid;	/* transaction that wrote it, or invalid */
+	SubTransactionId subid;		/* subtransaction that wrote it */
 	Oid			relid;
+	Oid			relfilenode;	/* TRUNCATE in between gives a new one */
 	ItemPointerData tid;
 } IdemLastWrite;
 
@@ -716,7 +725,8 @@ FetchLastWrite(Relation heap, text *scope, text *operation, text *key,
 	bool		found = false;
 
 	if (idem_last_write.lxid != CurrentLocalXid() ||
-		idem_last_write.relid != RelationGetRelid(heap))
+		idem_last_write.relid != RelationGetRelid(heap) ||
+		idem_last_write.relfilenode != RelationFileNumber(heap))
 		return false;
 
 	InitDirtySnapshot(dirty);
@@ -740,12 +750,34 @@ FetchLastWrite(Relation heap, text *scope, text *operation, text *key,
 	return found;
 }
 
+/*
+ * Forget the last write when the subtransaction that made it (or one it
+ * was nested in) rolls back: the row is dead, and the lock that kept VACUUM
+ * from truncating its page away went with the subtransaction.
+ */
+static void
+ForgetWriteOnAbort(SubXactEvent event, SubTransactionId mySubid,
+				   SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB && idem_last_write.subid >= mySubid)
+		idem_last_write.lxid = InvalidLocalTransactionId;
+}
+
 /* Remember where the writer's slot now holds this transaction's record */
 static void
 RememberWrite(IdemWriter *w)
 {
+	static bool callback_registered = false;
+
+	if (!callback_registered)
+	{
+		RegisterSubXactCallback(ForgetWriteOnAbort, NULL);
+		callback_registered = true;
+	}
 	idem_last_write.lxid = CurrentLocalXid();
+	idem_last_write.subid = GetCurrentSubTransactionId();
 	idem_last_write.relid = RelationGetRelid(w->rel);
+	idem_last_write.relfilenode = RelationFileNumber(w->rel);
 	idem_last_write.tid = w->slot->tts_tid;
 }
 
