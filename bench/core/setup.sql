@@ -85,12 +85,3 @@ BEGIN
 	RETURN body;
 END
 $$;
-
--- (f) completed keys to replay
-SELECT count(*) FROM (
-	SELECT idem_reserve('create-payment', 'replay-' || i,
-						jsonb_build_object('order_id', 'o-' || i, 'amount', 100), 'acct-1'),
-		   idem_complete('create-payment', 'replay-' || i,
-						 jsonb_build_object('payment_id', i, 'status', 'paid'), 201, i::text, 'acct-1')
-	FROM generate_series(1, 10000) i) s \gset
-VACUUM ANALYZE;
