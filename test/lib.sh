@@ -78,9 +78,21 @@ idem_make_work() {
 	trap idem_cleanup EXIT
 }
 
+# With IDEM_VALGRIND=1 the server runs under valgrind's memcheck (see
+# test/run.sh): pg_ctl starts it through this wrapper, one log per process
+idem_valgrind_wrapper() {
+	local w=$IDEM_WORK/postgres-valgrind
+	as_test_user mkdir -p "$IDEM_WORK/valgrind"
+	printf '%s\n' '#!/bin/sh' \
+		"exec valgrind --quiet --error-limit=no --num-callers=30 --suppressions=$IDEM_SRC/test/valgrind.supp --log-file=$IDEM_WORK/valgrind/%p.log $PGBIN/postgres \"\$@\"" |
+		as_test_user tee "$w" >/dev/null
+	chmod 755 "$w"
+	echo "$w"
+}
+
 # Start the throwaway cluster; extra postgresql.conf lines come as arguments
 idem_start_cluster() {
-	local line
+	local line postgres_opt=() timeout=60
 	as_test_user "$PGBIN/initdb" -D "$IDEM_WORK/data" --auth=trust \
 		--encoding=UTF8 --locale=C >"$IDEM_WORK/initdb.log" 2>&1 ||
 		{ cat "$IDEM_WORK/initdb.log"; return 1; }
@@ -93,8 +105,12 @@ idem_start_cluster() {
 		echo "log_line_prefix = '%m [%p] %b '"
 		for line in "$@"; do echo "$line"; done
 	} | as_test_user tee -a "$IDEM_WORK/data/postgresql.conf" >/dev/null
+	if [ "${IDEM_VALGRIND:-0}" = 1 ]; then
+		postgres_opt=(-p "$(idem_valgrind_wrapper)")
+		timeout=300
+	fi
 	as_test_user "$PGBIN/pg_ctl" -D "$IDEM_WORK/data" -l "$IDEM_WORK/server.log" \
-		-w -t 60 start >/dev/null
+		"${postgres_opt[@]}" -w -t "$timeout" start >/dev/null
 }
 
 # Stop the cluster and remove the work area (the EXIT trap)
@@ -116,6 +132,7 @@ idem_cleanup() {
 
 # Everything up to a running cluster: packages, build, install, cluster
 idem_setup() {
+	if [ "${IDEM_VALGRIND:-0}" = 1 ]; then IDEM_PACKAGES+=(valgrind); fi
 	# One run at a time per machine: each installs into the server's directories
 	exec 9>>/tmp/idempotency-run.lock
 	chmod 666 /tmp/idempotency-run.lock 2>/dev/null || true

@@ -8,7 +8,10 @@
 # result and ends with "N passed, N failed"; exits non-zero on any failure.
 #
 # Environment: IDEM_KEEP=1 keeps the temp directory (logs, diffs);
-# IDEM_ONLY=regress|isolation|scripts|tap runs one group.
+# IDEM_ONLY=regress|isolation|scripts|tap runs one group; IDEM_VALGRIND=1
+# runs the suite's server under valgrind's memcheck (test/valgrind.supp) and
+# fails on any error it reports: use it with IDEM_ONLY=regress or isolation
+# (the TAP tests start servers of their own, and the storms get slow).
 
 source "$(dirname "$0")/lib.sh"
 
@@ -115,6 +118,24 @@ run_tap() {
 	done
 }
 
+# Under IDEM_VALGRIND=1: every error memcheck reported in a server process
+check_valgrind() {
+	local logs=() n
+	shopt -s nullglob
+	logs=("$IDEM_WORK"/valgrind/*.log)
+	shopt -u nullglob
+	if [ ${#logs[@]} -eq 0 ]; then
+		result "valgrind (no logs: did the server run under it?)" 1
+		return
+	fi
+	n=$(cat "${logs[@]}" | grep -cE '^==[0-9]+== [A-Z]' || true)
+	echo "== valgrind: $n errors reported by ${#logs[@]} server processes"
+	if [ "$n" -gt 0 ]; then
+		grep -hE -A24 '^==[0-9]+== [A-Z]' "${logs[@]}" | head -300
+	fi
+	result "valgrind" "$([ "$n" = 0 ] && echo 0 || echo 1)"
+}
+
 only=${IDEM_ONLY:-all}
 if [ "$only" = all ] || [ "$only" = regress ]; then
 	run_regress regress "$PGXS_TEST/regress/pg_regress" "$IDEM_SRC" 'sql/*.sql'
@@ -127,6 +148,10 @@ if [ "$only" = all ] || [ "$only" = scripts ]; then
 fi
 if [ "$only" = all ] || [ "$only" = tap ]; then
 	run_tap
+fi
+
+if [ "${IDEM_VALGRIND:-0}" = 1 ]; then
+	check_valgrind
 fi
 
 if [ ${#FAILED_NAMES[@]} -gt 0 ]; then
