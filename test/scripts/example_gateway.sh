@@ -2,7 +2,9 @@
 # examples/gateway: a gateway call in two phases with recovery points.  Three
 # clients are killed at different points (before the gateway call, after it
 # charged, after the charge was recorded as a recovery point); their retries
-# get 409 until the reconciler, asking the gateway, settles each key; then
+# get 409 until the reconciler (registered with idem_set_reconciler and run
+# by idem_maintain, one pass as the background worker makes it), asking the
+# gateway, settles each key; then
 # every order is charged exactly once and has exactly one payment row.  A
 # fourth key with two charges at the gateway is left stuck for a human,
 # without stopping the reconciliation of the others.
@@ -56,11 +58,12 @@ ex_check "retry of key-2 after the timeout" "$(bash $client key-2 order-2 500)" 
 	'409 {"error": "stuck", "recovery_point": "calling-gateway"}'
 ex_check "charges for key-2" "$(charges key-2)" 1
 
-echo "== the reconciler asks the gateway"
-ex_sql -c "SELECT * FROM reconcile_stuck_charges()"
+echo "== the registered reconciler asks the gateway, in one pass as the worker runs it"
+ex_sql -c "SELECT idem_set_reconciler('charge-card', 'reconcile_charge(idem_keys)')"
+ex_sql -c "CALL idem_maintain()" 2>&1 | sed 's/^/   /'
 ex_check "records after reconciliation" \
 	"$(ex_value "SELECT string_agg(key || ':' || status, ',' ORDER BY key) FROM idem_keys")" \
-	"key-1:completed,key-2:completed,key-4:completed,key-5:processing"
+	"key-1:completed,key-2:completed,key-4:completed,key-5:stuck"
 ex_check "reconciler again (only the one for a human is left)" \
 	"$(ex_value "SELECT string_agg(key || ': ' || resolution, ',') FROM reconcile_stuck_charges()")" \
 	"key-5: left stuck: key key-5 has 2 charges at the gateway; refund by hand"
