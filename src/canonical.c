@@ -558,8 +558,12 @@ CanonNbaseDigits(char *p, int d)
 	return p + 4;
 }
 
-/* Write a jsonb numeric as the ECMAScript form of its nearest double */
-static void
+/*
+ * Write a jsonb numeric as the ECMAScript form of its nearest double.  Not
+ * inlined: its digit buffer would otherwise sit in CanonValue's frame, once
+ * per level of nesting.
+ */
+static pg_noinline void
 CanonNumeric(StringInfo out, const char *num)
 {
 	const char *data = VARDATA_ANY(num);

@@ -640,8 +640,10 @@ ListStuck(int limit, MemoryContext cxt)
  * ends; otherwise, or when another transaction is writing it, (Datum) 0.
  * Read with the latest snapshot, so that the lock never meets a row version
  * newer than the snapshot (no serialization failure in REPEATABLE READ).
+ * Not inlined: its locals would then live across ReconcileOne's PG_TRY,
+ * which -Wclobbered rightly warns about at some optimization levels.
  */
-static Datum
+static pg_noinline Datum
 FetchStuckRow(StuckRecord *rec)
 {
 	Datum		values[3];
