@@ -11,9 +11,17 @@ set -euo pipefail
 
 IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PGVER=${PGVER:-15}
-PGBIN=/usr/lib/postgresql/$PGVER/bin
-PG_CONFIG=$PGBIN/pg_config
-PGXS_TEST=/usr/lib/postgresql/$PGVER/lib/pgxs/src/test
+# IDEM_PG_CONFIG=/path/to/pg_config runs everything against another server
+# build (an assert-enabled one, say) instead of Debian's postgresql-$PGVER
+if [ -n "${IDEM_PG_CONFIG:-}" ]; then
+	PG_CONFIG=$IDEM_PG_CONFIG
+	PGBIN=$("$PG_CONFIG" --bindir)
+	PGXS_TEST=$(dirname "$("$PG_CONFIG" --pgxs)")/../test
+else
+	PGBIN=/usr/lib/postgresql/$PGVER/bin
+	PG_CONFIG=$PGBIN/pg_config
+	PGXS_TEST=/usr/lib/postgresql/$PGVER/lib/pgxs/src/test
+fi
 
 # Packages every command needs; callers may add their own before idem_setup.
 IDEM_PACKAGES=(make gcc libc6-dev rsync procps

@@ -12,6 +12,8 @@
 # runs the suite's server under valgrind's memcheck (test/valgrind.supp) and
 # fails on any error it reports: use it with IDEM_ONLY=regress or isolation
 # (the TAP tests start servers of their own, and the storms get slow).
+# IDEM_PG_CONFIG=/path/to/pg_config builds and runs against another server
+# build, such as one configured with --enable-cassert.
 
 source "$(dirname "$0")/lib.sh"
 
