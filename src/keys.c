@@ -734,17 +734,14 @@ FetchLastWrite(Relation heap, text *scope, text *operation, text *key,
 	if (table_tuple_fetch_row_version(heap, &idem_last_write.tid, &dirty, slot) &&
 		!TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax))
 	{
-		bool		isnull;
-		Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
-
 		slot_getsomeattrs(slot, Anum_key);
-		found = !isnull &&
-			TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin)) &&
-			TextDatumEquals(slot->tts_values[Anum_key - 1], key) &&
+		if (TextDatumEquals(slot->tts_values[Anum_key - 1], key) &&
 			TextDatumEquals(slot->tts_values[Anum_operation - 1], operation) &&
-			TextDatumEquals(slot->tts_values[Anum_scope - 1], scope);
-		if (found)
+			TextDatumEquals(slot->tts_values[Anum_scope - 1], scope))
+		{
 			FillRecord(slot, &dirty, rec, NULL);
+			found = rec->mine;
+		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	return found;
