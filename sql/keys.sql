@@ -144,6 +144,46 @@ SELECT count(*) FILTER (WHERE outcome = 'replay' AND response = jsonb_build_obje
 FROM generate_series(1, 20000) i, idem_reserve('batch', 'b-' || i);
 SELECT count(*) AS index_entries_match FROM idem_keys WHERE operation = 'batch' AND key LIKE 'b-%';
 -- the direct writes keep every index consistent with the heap
+
+-- A reservation first looks at the place where the key's record was last
+-- seen (kept in shared memory), and uses the row there only while it is
+-- that key's current version; otherwise it reads the primary key.
+DELETE FROM idem_keys;
+VACUUM idem_keys;
+SELECT outcome FROM idem_reserve('place', 'p1', '{"a": 1}');
+SELECT idem_complete('place', 'p1', '{"n": 1}');
+SELECT outcome, response FROM idem_reserve('place', 'p1', '{"a": 1}');
+-- Changed by SQL: the place holds a dead version, the new one is replayed
+UPDATE idem_keys SET response = '{"n": "by hand"}' WHERE operation = 'place' AND key = 'p1';
+SELECT outcome, response FROM idem_reserve('place', 'p1', '{"a": 1}');
+SELECT ctid AS p1_place FROM idem_keys WHERE operation = 'place' AND key = 'p1' \gset
+-- Deleted, then rows of other keys fill the places: p1 is absent, and
+-- each other key replays its own record
+DELETE FROM idem_keys WHERE operation = 'place';
+VACUUM idem_keys;
+INSERT INTO idem_keys (operation, scope, key, request_hash, status, response_status, response, expires_at)
+SELECT 'place', '', 'other-' || i, idem_hash('{"a": 1}'), 'completed', 200,
+       jsonb_build_object('other', i), now() + interval '1 hour'
+FROM generate_series(1, 5) i;
+SELECT key AS now_at_p1_place FROM idem_keys WHERE ctid = :'p1_place';
+BEGIN;
+SELECT outcome FROM idem_reserve('place', 'p1', '{"a": 1}');
+ROLLBACK;
+SELECT 'other-' || i AS key, outcome, response
+FROM generate_series(1, 5) i, LATERAL idem_reserve('place', 'other-' || i, '{"a": 1}');
+-- The table truncated to nothing by VACUUM, or by TRUNCATE: the places are
+-- past its end
+DELETE FROM idem_keys WHERE operation = 'place';
+VACUUM idem_keys;
+SELECT pg_relation_size('idem_keys') AS heap_bytes;
+SELECT outcome FROM idem_reserve('place', 'other-1', '{"a": 1}');
+SELECT idem_complete('place', 'other-1', '{"n": "after vacuum"}');
+SELECT outcome, response FROM idem_reserve('place', 'other-1', '{"a": 1}');
+TRUNCATE idem_keys;
+SELECT outcome FROM idem_reserve('place', 'other-1', '{"a": 1}');
+SELECT idem_complete('place', 'other-1', '{"n": "after truncate"}');
+SELECT outcome, response FROM idem_reserve('place', 'other-1', '{"a": 1}');
+
 CREATE EXTENSION amcheck;
 SELECT bt_index_check(indexrelid, true) FROM pg_index WHERE indrelid = 'idem_keys'::regclass;
 DROP EXTENSION amcheck;

@@ -37,6 +37,12 @@
  *	  the reserver compares the generation it read before its first read
  *	  with the one it sees once it holds the lock (IdemKeysShared).  So a
  *	  new key costs one primary-key read and the insert.
+ *	- A key seen before need not descend the primary key at all.  Shared
+ *	  memory also notes, per slot of key hashes, the place (TID) where a
+ *	  record was last written or found; a reservation reads the row there
+ *	  first and uses it only if it is a version of that key that the dirty
+ *	  snapshot sees and nobody is writing, which is the row the index would
+ *	  return (FetchKnownPlace).  So a replay costs one heap read.
  *	- Completing, releasing and checkpointing update the row in place with
  *	  the table AM; a concurrent writer makes the update wait and then report
  *	  the row changed, and the loop reads it again.  When the current
@@ -75,6 +81,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "storage/bufmgr.h"
 #include "storage/ipc.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
@@ -211,9 +218,22 @@ typedef struct IdemLastWrite
  */
 #define IDEM_GENERATION_SLOTS	4096
 
+/*
+ * Where each key's record was last seen, also in shared memory: a
+ * direct-mapped table indexed by key hash, each slot one 64-bit word with 16
+ * more bits of the hash (bits 48-63), the block (16-47) and the line pointer
+ * (0-15) of the row version last written or read there.  Only a hint, which
+ * spares a replay its primary-key descent: the row found at that place is
+ * used only if it is the key's one version that a dirty snapshot sees and
+ * nobody is writing it (see FetchKnownPlace).  A slot of 0 is empty, as no
+ * row has line pointer 0.
+ */
+#define IDEM_PLACE_SLOTS		65536
+
 typedef struct IdemKeysShared
 {
 	pg_atomic_uint64 generation[IDEM_GENERATION_SLOTS];
+	pg_atomic_uint64 place[IDEM_PLACE_SLOTS];
 } IdemKeysShared;
 
 static IdemCatalog idem_catalog;
@@ -254,6 +274,8 @@ KeysShmemStartup(void)
 
 		for (i = 0; i < IDEM_GENERATION_SLOTS; i++)
 			pg_atomic_init_u64(&idem_keys_shared->generation[i], 0);
+		for (i = 0; i < IDEM_PLACE_SLOTS; i++)
+			pg_atomic_init_u64(&idem_keys_shared->place[i], 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -293,6 +315,33 @@ BumpGeneration(uint64 keyhash)
 {
 	if (idem_keys_shared != NULL)
 		pg_atomic_fetch_add_u64(&idem_keys_shared->generation[keyhash % IDEM_GENERATION_SLOTS], 1);
+}
+
+/* Note that the record of a key hash was seen or written at tid */
+static inline void
+StorePlace(uint64 keyhash, ItemPointer tid)
+{
+	if (idem_keys_shared != NULL)
+		pg_atomic_write_u64(&idem_keys_shared->place[keyhash % IDEM_PLACE_SLOTS],
+							(keyhash & UINT64CONST(0xFFFF000000000000)) |
+							((uint64) ItemPointerGetBlockNumberNoCheck(tid) << 16) |
+							ItemPointerGetOffsetNumberNoCheck(tid));
+}
+
+/* Where the record of a key hash was last seen; false when not known */
+static inline bool
+ReadPlace(uint64 keyhash, ItemPointer tid)
+{
+	uint64		word;
+
+	if (idem_keys_shared == NULL)
+		return false;
+	word = pg_atomic_read_u64(&idem_keys_shared->place[keyhash % IDEM_PLACE_SLOTS]);
+	if ((word & UINT64CONST(0xFFFF000000000000)) != (keyhash & UINT64CONST(0xFFFF000000000000)) ||
+		(word & 0xFFFF) == 0)
+		return false;
+	ItemPointerSet(tid, (BlockNumber) ((word >> 16) & 0xFFFFFFFF), (OffsetNumber) (word & 0xFFFF));
+	return true;
 }
 
 /* Name of an outcome as the SQL API spells it */
@@ -710,28 +759,25 @@ TextDatumEquals(Datum d, text *t)
 }
 
 /*
- * Read the record of (scope, operation, key) at the place this backend last
- * wrote one, if that row is still this transaction's live version of the
- * same key; false sends the caller to the primary key.  The answer equals
- * the index's: the unique key allows one row version that a dirty snapshot
- * sees, and an uncommitted row of ours is one nobody else can be changing.
+ * Read the row at tid into rec if it is a version of (scope, operation, key)
+ * that a dirty snapshot sees and that no other open transaction is
+ * inserting, updating or deleting.  Such a row is the one the primary key
+ * would return: the unique key lets no other transaction write another
+ * version of the key while this one is live, earlier versions are dead to a
+ * dirty snapshot, and our own transaction's rows are seen only in their
+ * latest version.  The caller makes sure that tid's block exists.
  */
 static bool
-FetchLastWrite(Relation heap, text *scope, text *operation, text *key,
-			   IdemRecord *rec)
+FetchVersionAt(Relation heap, ItemPointer tid, text *scope, text *operation,
+			   text *key, IdemRecord *rec)
 {
 	SnapshotData dirty;
 	TupleTableSlot *slot;
 	bool		found = false;
 
-	if (idem_last_write.lxid != CurrentLocalXid() ||
-		idem_last_write.relid != RelationGetRelid(heap) ||
-		idem_last_write.relfilenode != RelationFileNumber(heap))
-		return false;
-
 	InitDirtySnapshot(dirty);
 	slot = table_slot_create(heap, NULL);
-	if (table_tuple_fetch_row_version(heap, &idem_last_write.tid, &dirty, slot) &&
+	if (table_tuple_fetch_row_version(heap, tid, &dirty, slot) &&
 		!TransactionIdIsValid(dirty.xmin) && !TransactionIdIsValid(dirty.xmax))
 	{
 		slot_getsomeattrs(slot, Anum_key);
@@ -740,10 +786,57 @@ FetchLastWrite(Relation heap, text *scope, text *operation, text *key,
 			TextDatumEquals(slot->tts_values[Anum_scope - 1], scope))
 		{
 			FillRecord(slot, &dirty, rec, NULL);
-			found = rec->mine;
+			found = true;
 		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
+	return found;
+}
+
+/*
+ * Read the record of (scope, operation, key) at the place this backend last
+ * wrote one, if that row is still this transaction's live version of the
+ * same key; false sends the caller to the primary key.  The row's page
+ * exists: our uncommitted row's lock keeps VACUUM from truncating it, and
+ * the place is forgotten when that lock goes (ForgetWriteOnAbort).
+ */
+static bool
+FetchLastWrite(Relation heap, text *scope, text *operation, text *key,
+			   IdemRecord *rec)
+{
+	if (idem_last_write.lxid != CurrentLocalXid() ||
+		idem_last_write.relid != RelationGetRelid(heap) ||
+		idem_last_write.relfilenode != RelationFileNumber(heap))
+		return false;
+	return FetchVersionAt(heap, &idem_last_write.tid, scope, operation, key, rec) &&
+		rec->mine;
+}
+
+/*
+ * Read the record of (scope, operation, key) at the place where a record of
+ * its key hash was last seen or written (IdemKeysShared), if the row there
+ * is such a version of that key (FetchVersionAt); false sends the caller to
+ * the primary key.  Any other place (stale, another key's, another
+ * database's, past the end of a truncated table) fails the checks, so a
+ * place is never wrong, only useless.
+ */
+static bool
+FetchKnownPlace(IdemCatalog *cat, uint64 keyhash, text *scope, text *operation,
+				text *key, IdemRecord *rec)
+{
+	ItemPointerData tid;
+	Relation	heap;
+	bool		found = false;
+
+	if (!ReadPlace(keyhash, &tid))
+		return false;
+
+	heap = table_open(cat->relid, AccessShareLock);
+	CheckColumns(heap);
+	/* Our lock keeps VACUUM from truncating the table until we are done */
+	if (ItemPointerGetBlockNumber(&tid) < RelationGetNumberOfBlocks(heap))
+		found = FetchVersionAt(heap, &tid, scope, operation, key, rec);
+	table_close(heap, AccessShareLock);
 	return found;
 }
 
@@ -776,6 +869,13 @@ RememberWrite(IdemWriter *w)
 	idem_last_write.relid = RelationGetRelid(w->rel);
 	idem_last_write.relfilenode = RelationFileNumber(w->rel);
 	idem_last_write.tid = w->slot->tts_tid;
+
+	/* The slot holds the whole row: its key tells where to note the place */
+	slot_getsomeattrs(w->slot, Anum_key);
+	StorePlace(KeyHash(DatumGetTextPP(w->slot->tts_values[Anum_scope - 1]),
+					   DatumGetTextPP(w->slot->tts_values[Anum_operation - 1]),
+					   DatumGetTextPP(w->slot->tts_values[Anum_key - 1])),
+			   &w->slot->tts_tid);
 }
 
 /* Is a completed record past its expires_at, and so gone? */
@@ -1085,7 +1185,13 @@ ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
 		uint64		generation = ReadGeneration(keyhash);
 
 		InitDirtySnapshot(dirty);
-		found = FetchRecord(cat, &dirty, scope, operation, key, &rec, NULL);
+		found = FetchKnownPlace(cat, keyhash, scope, operation, key, &rec);
+		if (!found)
+		{
+			found = FetchRecord(cat, &dirty, scope, operation, key, &rec, NULL);
+			if (found && !TransactionIdIsValid(rec.other))
+				StorePlace(keyhash, &rec.tid);
+		}
 		live = found && !IsExpired(&rec, now);
 
 		if (found && TransactionIdIsValid(rec.other) && !live && rec.other_deletes)
@@ -1204,12 +1310,15 @@ static bool
 FetchForChange(IdemCatalog *cat, IdemWriter *w, text *scope, text *operation,
 			   text *key, IdemRecord *rec, const char *action)
 {
+	uint64		keyhash = KeyHash(scope, operation, key);
+
 	for (;;)
 	{
 		SnapshotData dirty;
 
 		InitDirtySnapshot(dirty);
 		if (!FetchLastWrite(w->rel, scope, operation, key, rec) &&
+			!FetchKnownPlace(cat, keyhash, scope, operation, key, rec) &&
 			!FetchRecord(cat, &dirty, scope, operation, key, rec, NULL))
 			return false;
 		if (IsExpired(rec, GetCurrentTransactionStartTimestamp()))
