@@ -50,6 +50,7 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/numeric.h"
+#include "utils/resowner.h"
 
 #if PG_VERSION_NUM >= 140000
 #include "common/cryptohash.h"
@@ -163,16 +164,52 @@ CanonItoa(int value, char *p)
 	return i;
 }
 
+#if PG_VERSION_NUM >= 140000
+/*
+ * The backend's one SHA-256 context, initialized again for every hash:
+ * creating a context (with OpenSSL, a digest context registered with the
+ * current resource owner) and freeing it cost more than hashing a small
+ * request.  It is created under a resource owner of its own that is never
+ * released, so that the end of a transaction does not free it.  Hashes
+ * never nest, and one that an error left unfinished is simply initialized
+ * again by the next.
+ */
+static pg_cryptohash_ctx *canon_sha256_ctx = NULL;
+
+static pg_cryptohash_ctx *
+CanonSha256Context(void)
+{
+	static ResourceOwner owner = NULL;
+	ResourceOwner saved = CurrentResourceOwner;
+
+	if (canon_sha256_ctx != NULL)
+		return canon_sha256_ctx;
+	if (owner == NULL)
+		owner = ResourceOwnerCreate(NULL, "idempotency SHA-256");
+	CurrentResourceOwner = owner;
+	PG_TRY();
+	{
+		canon_sha256_ctx = pg_cryptohash_create(PG_SHA256);
+	}
+	PG_FINALLY();
+	{
+		CurrentResourceOwner = saved;
+	}
+	PG_END_TRY();
+	if (canon_sha256_ctx == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
+	return canon_sha256_ctx;
+}
+#endif
+
 /* Start a SHA-256 computation */
 static void
 CanonSha256Begin(CanonSha256 *h)
 {
 #if PG_VERSION_NUM >= 140000
-	h->ctx = pg_cryptohash_create(PG_SHA256);
-	if (h->ctx == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
+	h->ctx = CanonSha256Context();
 	if (pg_cryptohash_init(h->ctx) < 0)
 		elog(ERROR, "could not initialize SHA-256 context");
 #else
@@ -200,11 +237,9 @@ CanonSha256End(CanonSha256 *h, uint8 *dest)
 	if (pg_cryptohash_final(h->ctx, dest, PG_SHA256_DIGEST_LENGTH) < 0)
 		elog(ERROR, "could not finalize SHA-256 context: %s",
 			 pg_cryptohash_error(h->ctx));
-	pg_cryptohash_free(h->ctx);
 #elif PG_VERSION_NUM >= 140000
 	if (pg_cryptohash_final(h->ctx, dest) < 0)
 		elog(ERROR, "could not finalize SHA-256 context");
-	pg_cryptohash_free(h->ctx);
 #else
 	pg_sha256_final(&h->ctx, dest);
 #endif
