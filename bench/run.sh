@@ -6,8 +6,10 @@
 # is sourced in name order; each prints a Markdown table of TPS or rows/s and
 # the ratios its issue names.  Not a timed test: numbers vary by machine.
 #
-# Environment: BENCH_SECONDS (per pgbench run, default 15), BENCH_CLIENTS
-# (default 4), BENCH_ONLY=glob to run some suites only.
+# Environment: BENCH_SECONDS (per pgbench run, default 15), BENCH_ROUNDS
+# (rounds of the core and patterns suites, whose tables show medians;
+# default 3), BENCH_CLIENTS (default 4), BENCH_ONLY=glob to run some suites
+# only.
 
 source "$(dirname "$0")/../test/lib.sh"
 source "$IDEM_ROOT/bench/lib.sh"
@@ -19,7 +21,8 @@ echo "# idempotency benchmarks"
 echo
 echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), $(nproc) cores," \
 	"$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
-	"pgbench -c $BENCH_CLIENTS -j $BENCH_JOBS -T $BENCH_SECONDS per run."
+	"pgbench -c $BENCH_CLIENTS -j $BENCH_JOBS -T $BENCH_SECONDS per run," \
+	"$BENCH_ROUNDS rounds of the core and patterns suites."
 for suite in "$IDEM_SRC"/bench/suites/${BENCH_ONLY:-*}.sh; do
 	[ -e "$suite" ] || continue
 	echo

@@ -10,6 +10,9 @@
 #       in one statement, with no check; no idempotency design writes less
 # Targets: e/a >= 0.80, e/c >= 1.3, d/b >= 1.0, f/a >= 1.0.
 #
+# BENCH_ROUNDS rounds (default 3) each run every variant once; the table
+# shows the median TPS of each.
+#
 # Every run starts from the same tables (bench/core/reset.sql): 50,000 rows
 # each, 10,000 of idem_keys' being completed keys for (f) to replay.
 #
@@ -22,14 +25,20 @@ as_test_user dropdb --if-exists "$BENCH_DB" 2>/dev/null
 as_test_user createdb "$BENCH_DB"
 bench_sql "$IDEM_SRC/bench/core/setup.sql"
 
-echo "## Core: one payment per transaction (TPS; ratio to the row's baseline)"
-for sync in off on; do
-	as_test_user psql -X -q -d "$BENCH_DB" -c "ALTER DATABASE $BENCH_DB SET synchronous_commit = $sync"
-	for v in a_bare_insert b_seed_client c_seed_plpgsql d_ext_client e_ext_server f_replay g_floor; do
-		bench_sql "$IDEM_SRC/bench/core/reset.sql" >/dev/null
-		bench_tps "$v/$sync" "$IDEM_SRC/bench/core/$v.sql"
+CORE_VARIANTS="a_bare_insert b_seed_client c_seed_plpgsql d_ext_client e_ext_server f_replay g_floor"
+for round in $(seq 1 "$BENCH_ROUNDS"); do
+	for sync in off on; do
+		as_test_user psql -X -q -d "$BENCH_DB" -c "ALTER DATABASE $BENCH_DB SET synchronous_commit = $sync"
+		for v in $CORE_VARIANTS; do
+			bench_sql "$IDEM_SRC/bench/core/reset.sql" >/dev/null
+			bench_tps "$v/$sync" "$IDEM_SRC/bench/core/$v.sql"
+		done
 	done
 done
+
+echo "## Core: one payment per transaction (TPS; ratio to the row's baseline)"
+echo
+echo "Median TPS of $BENCH_ROUNDS rounds; each round runs every variant once, in order."
 echo
 echo "| variant | TPS sync off | ratio | TPS sync on | ratio | target |"
 echo "|---|---:|---:|---:|---:|---|"
@@ -47,3 +56,11 @@ row "(e) extension, one server call, vs (c)" e_ext_server c_seed_plpgsql "≥ 1.
 row "(f) replay of a completed key, vs (a)" f_replay a_bare_insert "≥ 1.0"
 row "(g) floor: payment + bare key row, vs (a)" g_floor a_bare_insert "the most (e) could reach"
 row "(e) extension, one server call, vs (g)" e_ext_server g_floor ""
+echo
+echo "Runs (TPS, lowest to highest):"
+echo
+for sync in off on; do
+	for v in $CORE_VARIANTS; do
+		echo "- $v, synchronous_commit $sync: $(tps_spread "$v/$sync")"
+	done
+done
