@@ -1,6 +1,7 @@
 # A streaming standby runs no worker: keys replicate to it, nothing is
 # deleted or flagged there and no idempotency process shows in its
-# pg_stat_activity.  Once promoted, it starts the launcher and sweeps.
+# pg_stat_activity; replays there follow the primary's changes.  Once
+# promoted, it starts the launcher and sweeps.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -52,6 +53,22 @@ is( $standby->safe_psql(
 	'0', 'no idempotency process runs on the standby');
 is($primary->safe_psql('postgres', $state),
 	'10 1 3 0', 'the paused primary has not swept either');
+
+# Replays on the standby: the first reads the primary key and notes where
+# the record is (in the standby's own shared memory), the second reads it
+# there; once the primary changes the record, that place holds a dead
+# version and the replay must return the new one
+my $replay = q{SELECT outcome || ' ' || coalesce(response::text, '-')
+FROM idem_reserve('pay', 'live')};
+is($standby->safe_psql('postgres', $replay), 'replay -', 'a replay on the standby');
+is($standby->safe_psql('postgres', $replay), 'replay -', 'and again, from the noted place');
+$primary->safe_psql('postgres',
+	q{UPDATE idem_keys SET response = '{"v": 2}' WHERE key = 'live'});
+$primary->wait_for_catchup($standby);
+is($standby->safe_psql('postgres', $replay),
+	'replay {"v": 2}', 'a record changed on the primary replays its new version');
+is($standby->safe_psql('postgres', $replay),
+	'replay {"v": 2}', 'and again, from its new place');
 
 # Promotion: the launcher starts and the new primary is swept
 $primary->stop;
