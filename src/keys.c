@@ -187,6 +187,7 @@ typedef struct IdemFnCache
 typedef struct IdemWriter
 {
 	Relation	rel;
+	uint64		keyhash;		/* KeyHash of the one key it writes */
 	EState	   *estate;			/* NULL until the indexes are opened */
 	ResultRelInfo *rri;
 	TupleTableSlot *slot;
@@ -869,13 +870,7 @@ RememberWrite(IdemWriter *w)
 	idem_last_write.relid = RelationGetRelid(w->rel);
 	idem_last_write.relfilenode = RelationFileNumber(w->rel);
 	idem_last_write.tid = w->slot->tts_tid;
-
-	/* The slot holds the whole row: its key tells where to note the place */
-	slot_getsomeattrs(w->slot, Anum_key);
-	StorePlace(KeyHash(DatumGetTextPP(w->slot->tts_values[Anum_scope - 1]),
-					   DatumGetTextPP(w->slot->tts_values[Anum_operation - 1]),
-					   DatumGetTextPP(w->slot->tts_values[Anum_key - 1])),
-			   &w->slot->tts_tid);
+	StorePlace(w->keyhash, &w->slot->tts_tid);
 }
 
 /* Is a completed record past its expires_at, and so gone? */
@@ -898,10 +893,12 @@ HashDiffers(bytea *a, bytea *b)
 /*
  * Open idem_keys for direct writes after checking what the equivalent
  * statement would: not in a read-only transaction (nor on a standby), and
- * each privilege in modes.
+ * each privilege in modes.  keyhash is that of the key it will write, to
+ * note where its row goes (StorePlace).
  */
 static void
-WriterOpen(IdemCatalog *cat, AclMode modes, const char *function, IdemWriter *w)
+WriterOpen(IdemCatalog *cat, AclMode modes, const char *function,
+		   uint64 keyhash, IdemWriter *w)
 {
 	PreventCommandIfReadOnly(function);
 	if (modes & ACL_INSERT)
@@ -912,6 +909,7 @@ WriterOpen(IdemCatalog *cat, AclMode modes, const char *function, IdemWriter *w)
 		CheckPrivilege(cat->relid, ACL_DELETE);
 	w->rel = table_open(cat->relid, RowExclusiveLock);
 	CheckColumns(w->rel);
+	w->keyhash = keyhash;
 	w->estate = NULL;
 	w->rri = NULL;
 	w->slot = MakeSingleTupleTableSlot(RelationGetDescr(w->rel), &TTSOpsHeapTuple);
@@ -1111,8 +1109,9 @@ ClassifyRecord(const IdemRecord *rec, bytea *hash, TimestampTz now,
  */
 static bool
 WriteReservation(IdemCatalog *cat, IdemRecord *rec, bool found,
-				 text *scope, text *operation, text *key, bytea *hash,
-				 TimestampTz now, TimestampTz expires_at, bool completed)
+				 text *scope, text *operation, text *key, uint64 keyhash,
+				 bytea *hash, TimestampTz now, TimestampTz expires_at,
+				 bool completed)
 {
 	IdemWriter	w;
 	TM_Result	result = TM_Ok;
@@ -1141,7 +1140,7 @@ WriteReservation(IdemCatalog *cat, IdemRecord *rec, bool found,
 	 * reports it gone: insert afresh.  Any other change means look again.
 	 */
 	WriterOpen(cat, found ? ACL_UPDATE | ACL_INSERT : ACL_INSERT,
-			   completed ? "idem_consume()" : "idem_reserve()", &w);
+			   completed ? "idem_consume()" : "idem_reserve()", keyhash, &w);
 	if (found)
 		result = UpdateRow(&w, rec, values, nulls, replace);
 	if (!found || result == TM_Deleted)
@@ -1253,8 +1252,8 @@ ReserveRecord(Oid nspid, text *scope, text *operation, text *key,
 				continue;
 		}
 
-		if (!WriteReservation(cat, &rec, found, scope, operation, key, hash, now,
-							  expires_at, completed))
+		if (!WriteReservation(cat, &rec, found, scope, operation, key, keyhash,
+							  hash, now, expires_at, completed))
 			continue;
 		BumpGeneration(keyhash);
 		result->outcome = IDEM_NEW;
@@ -1310,15 +1309,13 @@ static bool
 FetchForChange(IdemCatalog *cat, IdemWriter *w, text *scope, text *operation,
 			   text *key, IdemRecord *rec, const char *action)
 {
-	uint64		keyhash = KeyHash(scope, operation, key);
-
 	for (;;)
 	{
 		SnapshotData dirty;
 
 		InitDirtySnapshot(dirty);
 		if (!FetchLastWrite(w->rel, scope, operation, key, rec) &&
-			!FetchKnownPlace(cat, keyhash, scope, operation, key, rec) &&
+			!FetchKnownPlace(cat, w->keyhash, scope, operation, key, rec) &&
 			!FetchRecord(cat, &dirty, scope, operation, key, rec, NULL))
 			return false;
 		if (IsExpired(rec, GetCurrentTransactionStartTimestamp()))
@@ -1372,7 +1369,7 @@ UpdateLiveRecord(Oid nspid, text *scope, text *operation, text *key,
 	CheckReadable(cat->relid);
 	SetColumn(values, nulls, replace, Anum_updated_at,
 			  TimestampTzGetDatum(GetCurrentTimestamp()), false);
-	WriterOpen(cat, ACL_UPDATE, function, &w);
+	WriterOpen(cat, ACL_UPDATE, function, KeyHash(scope, operation, key), &w);
 	do
 	{
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -1426,7 +1423,7 @@ IdemRelease(Oid nspid, text *scope, text *operation, text *key)
 	TM_Result	result;
 
 	CheckReadable(cat->relid);
-	WriterOpen(cat, ACL_DELETE, "idem_release()", &w);
+	WriterOpen(cat, ACL_DELETE, "idem_release()", KeyHash(scope, operation, key), &w);
 	do
 	{
 		if (!FetchForChange(cat, &w, scope, operation, key, &rec, "release"))
