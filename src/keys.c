@@ -230,6 +230,7 @@ typedef struct IdemLastWrite
  * row has line pointer 0.
  */
 #define IDEM_PLACE_SLOTS		65536
+#define PlaceTag(keyhash)		((keyhash) & UINT64CONST(0xFFFF000000000000))
 
 typedef struct IdemKeysShared
 {
@@ -324,7 +325,7 @@ StorePlace(uint64 keyhash, ItemPointer tid)
 {
 	if (idem_keys_shared != NULL)
 		pg_atomic_write_u64(&idem_keys_shared->place[keyhash % IDEM_PLACE_SLOTS],
-							(keyhash & UINT64CONST(0xFFFF000000000000)) |
+							PlaceTag(keyhash) |
 							((uint64) ItemPointerGetBlockNumberNoCheck(tid) << 16) |
 							ItemPointerGetOffsetNumberNoCheck(tid));
 }
@@ -338,8 +339,7 @@ ReadPlace(uint64 keyhash, ItemPointer tid)
 	if (idem_keys_shared == NULL)
 		return false;
 	word = pg_atomic_read_u64(&idem_keys_shared->place[keyhash % IDEM_PLACE_SLOTS]);
-	if ((word & UINT64CONST(0xFFFF000000000000)) != (keyhash & UINT64CONST(0xFFFF000000000000)) ||
-		(word & 0xFFFF) == 0)
+	if (PlaceTag(word) != PlaceTag(keyhash) || (word & 0xFFFF) == 0)
 		return false;
 	ItemPointerSet(tid, (BlockNumber) ((word >> 16) & 0xFFFFFFFF), (OffsetNumber) (word & 0xFFFF));
 	return true;
