@@ -183,6 +183,44 @@ TRUNCATE idem_keys;
 SELECT outcome FROM idem_reserve('place', 'other-1', '{"a": 1}');
 SELECT idem_complete('place', 'other-1', '{"n": "after truncate"}');
 SELECT outcome, response FROM idem_reserve('place', 'other-1', '{"a": 1}');
+-- Places are kept in sets of two, chosen by the key hash: keys that share a
+-- set do not evict each other; a third key drops the one stored longest ago.
+-- kh() is the C KeyHash; replay_reads() replays keys and counts the scans of
+-- the primary key they made.
+CREATE FUNCTION pg_temp.kh(s text, o text, k text) RETURNS bigint
+LANGUAGE sql AS $$
+	SELECT hashtextextended(s, hashtextextended(o, hashtextextended(k, octet_length(o)))
+							   # (octet_length(s)::bigint << 32))
+$$;
+CREATE FUNCTION pg_temp.replay_reads(VARIADIC keys text[]) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+	scans bigint := pg_stat_get_xact_numscans('idem_keys_pkey'::regclass);
+	k text;
+BEGIN
+	FOREACH k IN ARRAY keys LOOP
+		IF (SELECT response FROM idem_reserve('place', k, '{"a": 1}'))
+		   IS DISTINCT FROM jsonb_build_object('key', k) THEN
+			RAISE EXCEPTION 'key % was not replayed', k;
+		END IF;
+	END LOOP;
+	RETURN pg_stat_get_xact_numscans('idem_keys_pkey'::regclass) - scans;
+END
+$$;
+SELECT (array_agg(k ORDER BY k))[1] AS k1, (array_agg(k ORDER BY k))[2] AS k2,
+       (array_agg(k ORDER BY k))[3] AS k3
+FROM (SELECT 'set-' || i AS k, pg_temp.kh('', 'place', 'set-' || i) & 32767 AS place_set
+      FROM generate_series(1, 200000) i) s
+GROUP BY place_set HAVING count(*) >= 3 ORDER BY place_set LIMIT 1 \gset
+SELECT outcome FROM idem_reserve('place', :'k1', '{"a": 1}');
+SELECT idem_complete('place', :'k1', jsonb_build_object('key', :'k1'));
+SELECT outcome FROM idem_reserve('place', :'k2', '{"a": 1}');
+SELECT idem_complete('place', :'k2', jsonb_build_object('key', :'k2'));
+SELECT pg_temp.replay_reads(:'k1', :'k2') AS index_reads;
+SELECT outcome FROM idem_reserve('place', :'k3', '{"a": 1}');
+SELECT idem_complete('place', :'k3', jsonb_build_object('key', :'k3'));
+SELECT pg_temp.replay_reads(:'k3', :'k2') AS index_reads;
+SELECT pg_temp.replay_reads(:'k1') AS index_reads;
 
 CREATE EXTENSION amcheck;
 SELECT bt_index_check(indexrelid, true) FROM pg_index WHERE indrelid = 'idem_keys'::regclass;

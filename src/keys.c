@@ -38,11 +38,11 @@
  *	  with the one it sees once it holds the lock (IdemKeysShared).  So a
  *	  new key costs one primary-key read and the insert.
  *	- A key seen before need not descend the primary key at all.  Shared
- *	  memory also notes, per slot of key hashes, the place (TID) where a
- *	  record was last written or found; a reservation reads the row there
- *	  first and uses it only if it is a version of that key that the dirty
- *	  snapshot sees and nobody is writing, which is the row the index would
- *	  return (FetchKnownPlace).  So a replay costs one heap read.
+ *	  memory also notes, for the keys last written or found in each set of
+ *	  key hashes, the place (TID) of their record; a reservation reads the
+ *	  row there first and uses it only if it is a version of that key that
+ *	  the dirty snapshot sees and nobody is writing, which is the row the
+ *	  index would return (FetchKnownPlace).  So a replay costs one heap read.
  *	- Completing, releasing and checkpointing update the row in place with
  *	  the table AM; a concurrent writer makes the update wait and then report
  *	  the row changed, and the loop reads it again.  When the current
@@ -220,22 +220,27 @@ typedef struct IdemLastWrite
 #define IDEM_GENERATION_SLOTS	4096
 
 /*
- * Where each key's record was last seen, also in shared memory: a
- * direct-mapped table indexed by key hash, each slot one 64-bit word with 16
- * more bits of the hash (bits 48-63), the block (16-47) and the line pointer
- * (0-15) of the row version last written or read there.  Only a hint, which
- * spares a replay its primary-key descent: the row found at that place is
- * used only if it is the key's one version that a dirty snapshot sees and
- * nobody is writing it (see FetchKnownPlace).  A slot of 0 is empty, as no
- * row has line pointer 0.
+ * Where each key's record was last seen, also in shared memory: a two-way
+ * set-associative table indexed by key hash.  Each entry is one 64-bit word
+ * with 16 more bits of the hash (bits 48-63), the block (16-47) and the line
+ * pointer (0-15) of the row version last written or read there; way 0 of a
+ * set holds its most recently stored entry, way 1 the one before, so two
+ * keys whose hashes share a set do not take turns evicting each other.  Only
+ * a hint, which spares a replay its primary-key descent: the row found at
+ * that place is used only if it is the key's one version that a dirty
+ * snapshot sees and nobody is writing it (see FetchKnownPlace).  An entry of
+ * 0 is empty, as no row has line pointer 0.
  */
-#define IDEM_PLACE_SLOTS		65536
+#define IDEM_PLACE_SETS			32768
+#define IDEM_PLACE_WAYS			2
 #define PlaceTag(keyhash)		((keyhash) & UINT64CONST(0xFFFF000000000000))
+#define PlaceIsOf(word, keyhash) \
+	(PlaceTag(word) == PlaceTag(keyhash) && ((word) & 0xFFFF) != 0)
 
 typedef struct IdemKeysShared
 {
 	pg_atomic_uint64 generation[IDEM_GENERATION_SLOTS];
-	pg_atomic_uint64 place[IDEM_PLACE_SLOTS];
+	pg_atomic_uint64 place[IDEM_PLACE_SETS][IDEM_PLACE_WAYS];
 } IdemKeysShared;
 
 static IdemCatalog idem_catalog;
@@ -276,8 +281,11 @@ KeysShmemStartup(void)
 
 		for (i = 0; i < IDEM_GENERATION_SLOTS; i++)
 			pg_atomic_init_u64(&idem_keys_shared->generation[i], 0);
-		for (i = 0; i < IDEM_PLACE_SLOTS; i++)
-			pg_atomic_init_u64(&idem_keys_shared->place[i], 0);
+		for (i = 0; i < IDEM_PLACE_SETS; i++)
+		{
+			pg_atomic_init_u64(&idem_keys_shared->place[i][0], 0);
+			pg_atomic_init_u64(&idem_keys_shared->place[i][1], 0);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -319,28 +327,46 @@ BumpGeneration(uint64 keyhash)
 		pg_atomic_fetch_add_u64(&idem_keys_shared->generation[keyhash % IDEM_GENERATION_SLOTS], 1);
 }
 
-/* Note that the record of a key hash was seen or written at tid */
+/*
+ * Note that the record of a key hash was seen or written at tid: the entry
+ * goes to way 0 of its set, and whatever way 0 held for another key moves to
+ * way 1, dropping the older entry there.  Concurrent stores to one set may
+ * lose an entry; a place is only a hint.
+ */
 static inline void
 StorePlace(uint64 keyhash, ItemPointer tid)
 {
-	if (idem_keys_shared != NULL)
-		pg_atomic_write_u64(&idem_keys_shared->place[keyhash % IDEM_PLACE_SLOTS],
-							PlaceTag(keyhash) |
-							((uint64) ItemPointerGetBlockNumberNoCheck(tid) << 16) |
-							ItemPointerGetOffsetNumberNoCheck(tid));
+	pg_atomic_uint64 *set;
+	uint64		first;
+
+	if (idem_keys_shared == NULL)
+		return;
+	set = idem_keys_shared->place[keyhash % IDEM_PLACE_SETS];
+	first = pg_atomic_read_u64(&set[0]);
+	if (first != 0 && !PlaceIsOf(first, keyhash))
+		pg_atomic_write_u64(&set[1], first);
+	pg_atomic_write_u64(&set[0], PlaceTag(keyhash) |
+						((uint64) ItemPointerGetBlockNumberNoCheck(tid) << 16) |
+						ItemPointerGetOffsetNumberNoCheck(tid));
 }
 
 /* Where the record of a key hash was last seen; false when not known */
 static inline bool
 ReadPlace(uint64 keyhash, ItemPointer tid)
 {
+	pg_atomic_uint64 *set;
 	uint64		word;
 
 	if (idem_keys_shared == NULL)
 		return false;
-	word = pg_atomic_read_u64(&idem_keys_shared->place[keyhash % IDEM_PLACE_SLOTS]);
-	if (PlaceTag(word) != PlaceTag(keyhash) || (word & 0xFFFF) == 0)
-		return false;
+	set = idem_keys_shared->place[keyhash % IDEM_PLACE_SETS];
+	word = pg_atomic_read_u64(&set[0]);
+	if (!PlaceIsOf(word, keyhash))
+	{
+		word = pg_atomic_read_u64(&set[1]);
+		if (!PlaceIsOf(word, keyhash))
+			return false;
+	}
 	ItemPointerSet(tid, (BlockNumber) ((word >> 16) & 0xFFFFFFFF), (OffsetNumber) (word & 0xFFFF));
 	return true;
 }
