@@ -85,3 +85,41 @@ BEGIN
 	RETURN body;
 END
 $$;
+
+-- Where (e)'s time goes (sync off only): the same flow with one part left
+-- out at a time, and the floor's two rows written from PL/pgSQL.  Not
+-- designs anyone should use: a record never completed stays processing.
+CREATE FUNCTION bench_pay_ext_parts(p_key text, p_order text, p_amount int,
+									p_fingerprint boolean, p_complete boolean)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+	r record;
+	pid bigint;
+	body jsonb;
+BEGIN
+	r := idem_reserve('create-payment', p_key,
+					  CASE WHEN p_fingerprint
+					  THEN jsonb_build_object('order_id', p_order, 'amount', p_amount) END,
+					  'acct-1');
+	IF r.outcome <> 'new' THEN
+		RETURN r.response;
+	END IF;
+	INSERT INTO bench_payments (order_id, amount) VALUES (p_order, p_amount) RETURNING id INTO pid;
+	body := jsonb_build_object('payment_id', pid, 'status', 'paid');
+	IF p_complete THEN
+		PERFORM idem_complete('create-payment', p_key, body, 201, pid::text, 'acct-1');
+	END IF;
+	RETURN body;
+END
+$$;
+
+CREATE FUNCTION bench_pay_floor(p_key text, p_order text, p_amount int)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+	pid bigint;
+BEGIN
+	INSERT INTO bench_floor_keys VALUES ('acct-1', 'create-payment', p_key);
+	INSERT INTO bench_payments (order_id, amount) VALUES (p_order, p_amount) RETURNING id INTO pid;
+	RETURN jsonb_build_object('payment_id', pid, 'status', 'paid');
+END
+$$;

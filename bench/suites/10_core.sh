@@ -10,6 +10,10 @@
 #       in one statement, with no check; no idempotency design writes less
 # Targets: e/a >= 0.80, e/c >= 1.3, d/b >= 1.0, f/a >= 1.0.
 #
+# Then, with synchronous_commit off only, where (e)'s time goes: the same
+# flow with its fingerprint or its completion left out (x2, x3, against x1,
+# which has both), and the floor's two rows written from PL/pgSQL (x4).
+#
 # BENCH_ROUNDS rounds (default 3) each run every variant once; the table
 # shows the median TPS of each.
 #
@@ -26,10 +30,13 @@ as_test_user createdb "$BENCH_DB"
 bench_sql "$IDEM_SRC/bench/core/setup.sql"
 
 CORE_VARIANTS="a_bare_insert b_seed_client c_seed_plpgsql d_ext_client e_ext_server f_replay g_floor"
+PARTS_VARIANTS="x1_parts_all x2_parts_no_fingerprint x3_parts_no_complete x4_floor_plpgsql"
 for round in $(seq 1 "$BENCH_ROUNDS"); do
 	for sync in off on; do
 		as_test_user psql -X -q -d "$BENCH_DB" -c "ALTER DATABASE $BENCH_DB SET synchronous_commit = $sync"
-		for v in $CORE_VARIANTS; do
+		variants=$CORE_VARIANTS
+		[ "$sync" = off ] && variants="$variants $PARTS_VARIANTS"
+		for v in $variants; do
 			bench_sql "$IDEM_SRC/bench/core/reset.sql" >/dev/null
 			bench_tps "$v/$sync" "$IDEM_SRC/bench/core/$v.sql"
 		done
@@ -63,4 +70,23 @@ for sync in off on; do
 	for v in $CORE_VARIANTS; do
 		echo "- $v, synchronous_commit $sync: $(tps_spread "$v/$sync")"
 	done
+done
+echo
+echo "## Core: where (e)'s time goes (synchronous_commit off)"
+echo
+echo "Median TPS of $BENCH_ROUNDS rounds. x1 is (e) with two switches that x2 and x3"
+echo "turn off; x4 is the floor (g) written as a PL/pgSQL function like (e)."
+echo
+echo "| variant | TPS | ratio |"
+echo "|---|---:|---:|"
+bench_row "x1 (e) with both parts, vs (a)" x1_parts_all/off a_bare_insert/off
+bench_row "x2 without a fingerprint (request NULL), vs x1" x2_parts_no_fingerprint/off x1_parts_all/off
+bench_row "x3 without idem_complete (left processing), vs x1" x3_parts_no_complete/off x1_parts_all/off
+bench_row "x4 the floor as a PL/pgSQL function, vs (g)" x4_floor_plpgsql/off g_floor/off
+bench_row "x1 (e) with both parts, vs x4" x1_parts_all/off x4_floor_plpgsql/off
+echo
+echo "Runs (TPS, lowest to highest):"
+echo
+for v in $PARTS_VARIANTS; do
+	echo "- $v: $(tps_spread "$v/off")"
 done
