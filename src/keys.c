@@ -42,7 +42,7 @@
  *	  key hashes, the place (TID) of their record; a reservation reads the
  *	  row there first and uses it only if it is a version of that key that
  *	  the dirty snapshot sees and nobody is writing, which is the row the
- *	  index would return (FetchKnownPlace).  So a replay costs one heap read.
+ *	  index would return (FetchAtPlace).  So a replay costs one heap read.
  *	- Completing, releasing and checkpointing update the row in place with
  *	  the table AM; a concurrent writer makes the update wait and then report
  *	  the row changed, and the loop reads it again.  When the current
@@ -228,7 +228,7 @@ typedef struct IdemLastWrite
  * keys whose hashes share a set do not take turns evicting each other.  Only
  * a hint, which spares a replay its primary-key descent: the row found at
  * that place is used only if it is the key's one version that a dirty
- * snapshot sees and nobody is writing it (see FetchKnownPlace).  An entry of
+ * snapshot sees and nobody is writing it (see FetchAtPlace).  An entry of
  * 0 is empty, as no row has line pointer 0.
  */
 #define IDEM_PLACE_SETS			32768
@@ -840,12 +840,25 @@ FetchLastWrite(Relation heap, text *scope, text *operation, text *key,
 }
 
 /*
- * Read the record of (scope, operation, key) at the place where a record of
- * its key hash was last seen or written (IdemKeysShared), if the row there
- * is such a version of that key (FetchVersionAt); false sends the caller to
- * the primary key.  Any other place (stale, another key's, another
- * database's, past the end of a truncated table) fails the checks, so a
- * place is never wrong, only useless.
+ * Read the record of (scope, operation, key) at tid, a place where a record
+ * of its key hash was last seen or written (ReadPlace), if the row there is
+ * such a version of that key (FetchVersionAt); false sends the caller to the
+ * primary key.  Any other place (stale, another key's, another database's,
+ * past the end of a truncated table) fails the checks, so a place is never
+ * wrong, only useless.  The caller holds heap open: its lock keeps VACUUM
+ * from truncating the table until it is done.
+ */
+static bool
+FetchAtPlace(Relation heap, ItemPointer tid, text *scope, text *operation,
+			 text *key, IdemRecord *rec)
+{
+	return ItemPointerGetBlockNumber(tid) < RelationGetNumberOfBlocks(heap) &&
+		FetchVersionAt(heap, tid, scope, operation, key, rec);
+}
+
+/*
+ * FetchAtPlace for a reservation, which opens idem_keys only when a place
+ * of the key hash is known.
  */
 static bool
 FetchKnownPlace(IdemCatalog *cat, uint64 keyhash, text *scope, text *operation,
@@ -853,16 +866,14 @@ FetchKnownPlace(IdemCatalog *cat, uint64 keyhash, text *scope, text *operation,
 {
 	ItemPointerData tid;
 	Relation	heap;
-	bool		found = false;
+	bool		found;
 
 	if (!ReadPlace(keyhash, &tid))
 		return false;
 
 	heap = table_open(cat->relid, AccessShareLock);
 	CheckColumns(heap);
-	/* Our lock keeps VACUUM from truncating the table until we are done */
-	if (ItemPointerGetBlockNumber(&tid) < RelationGetNumberOfBlocks(heap))
-		found = FetchVersionAt(heap, &tid, scope, operation, key, rec);
+	found = FetchAtPlace(heap, &tid, scope, operation, key, rec);
 	table_close(heap, AccessShareLock);
 	return found;
 }
@@ -1338,10 +1349,12 @@ FetchForChange(IdemCatalog *cat, IdemWriter *w, text *scope, text *operation,
 	for (;;)
 	{
 		SnapshotData dirty;
+		ItemPointerData place;
 
 		InitDirtySnapshot(dirty);
 		if (!FetchLastWrite(w->rel, scope, operation, key, rec) &&
-			!FetchKnownPlace(cat, w->keyhash, scope, operation, key, rec) &&
+			!(ReadPlace(w->keyhash, &place) &&
+			  FetchAtPlace(w->rel, &place, scope, operation, key, rec)) &&
 			!FetchRecord(cat, &dirty, scope, operation, key, rec, NULL))
 			return false;
 		if (IsExpired(rec, GetCurrentTransactionStartTimestamp()))
