@@ -1,10 +1,13 @@
 # PGXS build of the idempotency extension.
 #
-# The version lives in idempotency.control; the install script is assembled
-# from sql/install/*.sql (one file per responsibility, applied in name order).
-# pg_regress tests are sql/*.sql with expected/*.out, isolation specs are
-# test/specs/*.spec with test/expected/*.out; both are globbed, so adding a
-# test is adding its files.
+# The version lives in idempotency.control; the install script of that
+# version is assembled from sql/install/*.sql (one file per responsibility,
+# applied in name order) and is the only file make generates in sql/.  The
+# install scripts of earlier releases (kept as released) and the upgrade
+# scripts sql/idempotency--A--B.sql are ordinary tracked files.
+# pg_regress tests are test/sql/*.sql with test/expected/*.out, isolation
+# specs are test/specs/*.spec with test/expected/*.out; both are globbed, so
+# adding a test is adding its files.
 
 EXTENSION = idempotency
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
@@ -13,15 +16,16 @@ MODULE_big = $(EXTENSION)
 OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
 
 DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
 INSTALL_SQL = $(sort $(wildcard sql/install/*.sql))
 
-REGRESS = $(sort $(patsubst sql/%.sql,%,$(filter-out sql/$(EXTENSION)--%,$(wildcard sql/*.sql))))
-REGRESS_OPTS = --load-extension=$(EXTENSION)
+REGRESS = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
+REGRESS_OPTS = --load-extension=$(EXTENSION) --inputdir=test
 
 ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
 ISOLATION_OPTS = --load-extension=$(EXTENSION) --inputdir=test
 
-EXTRA_CLEAN = sql/$(EXTENSION)--*.sql results output_iso regression.* tmp_check
+EXTRA_CLEAN = results output_iso regression.* tmp_check test/results
 
 PG_CONFIG ?= pg_config
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers

@@ -141,9 +141,12 @@ idem_cleanup() {
 # Everything up to a running cluster: packages, build, install, cluster
 idem_setup() {
 	if [ "${IDEM_VALGRIND:-0}" = 1 ]; then IDEM_PACKAGES+=(valgrind); fi
-	# One run at a time per machine: each installs into the server's directories
-	exec 9>>/tmp/idempotency-run.lock
-	chmod 666 /tmp/idempotency-run.lock 2>/dev/null || true
+	# One run at a time per server installation: each run installs the
+	# extension into that installation's directories
+	local lock
+	lock=/tmp/idempotency-run.$(printf '%s' "$PG_CONFIG" | md5sum | cut -c1-12).lock
+	exec 9>>"$lock"
+	chmod 666 "$lock" 2>/dev/null || true
 	flock 9
 	idem_install_packages "${IDEM_PACKAGES[@]}"
 	idem_build_install

@@ -2,7 +2,7 @@
 # The whole test suite: `bash test/run.sh` (as root or a user with sudo).
 #
 # Installs what is missing, builds with -Werror, installs, starts a throwaway
-# cluster and runs, in order: pg_regress (sql/, expected/), the isolation
+# cluster and runs, in order: pg_regress (test/sql/, test/expected/), the isolation
 # specs (test/specs/), the scripted checks (test/scripts/*.sh: storms,
 # cross-checks, examples) and the TAP tests (test/t/*.pl).  Prints every
 # result and ends with "N passed, N failed"; exits non-zero on any failure.
@@ -140,7 +140,7 @@ check_valgrind() {
 
 only=${IDEM_ONLY:-all}
 if [ "$only" = all ] || [ "$only" = regress ]; then
-	run_regress regress "$PGXS_TEST/regress/pg_regress" "$IDEM_SRC" 'sql/*.sql'
+	run_regress regress "$PGXS_TEST/regress/pg_regress" "$IDEM_SRC/test" 'sql/*.sql'
 fi
 if [ "$only" = all ] || [ "$only" = isolation ]; then
 	run_regress isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$IDEM_SRC/test" 'specs/*.spec'
