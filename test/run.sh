@@ -17,8 +17,10 @@
 
 source "$(dirname "$0")/lib.sh"
 
-IDEM_PACKAGES+=(libipc-run-perl nodejs curl python3 python3-psycopg2
+IDEM_PACKAGES+=(libipc-run-perl nodejs curl python3 python3-psycopg python3-psycopg-pool
 	"postgresql-$PGVER-cron")
+# The HTTP clients (test/scripts/client_*.sh); npm comes with some nodejs builds
+command -v npm >/dev/null || IDEM_PACKAGES+=(npm)
 
 # The worker stays paused on the suite's cluster: the SQL tests create expired
 # and overdue records on purpose and look at them.  The worker's own tests

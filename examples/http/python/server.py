@@ -1,5 +1,8 @@
 #!/usr/bin/python3
-"""A small payment API that honours the Idempotency-Key header.
+"""A small payment API that honours the Idempotency-Key header (psycopg 3).
+
+The HTTP contract is the README's ("Clients"), the same for the Node.js, Go
+and Java services:
 
     POST /payments
     Idempotency-Key: 8b6f1db8-04dc-4f75-a58b-f11c9fcd2f80   (required)
@@ -12,16 +15,20 @@ Answers, as in the IETF draft "The Idempotency-Key HTTP Header Field":
 
     201 Created               the payment was made by this request
     402 Payment Required      the card was declined (a final answer)
-    400 Bad Request           Idempotency-Key missing or invalid, or a bad body
-    409 Conflict              a request with this key is in progress (with
-                              Retry-After), or its outcome is unknown (stuck)
+    400 Bad Request           Idempotency-Key missing or invalid (SQLSTATE
+                              22023), or a bad body
+    409 Conflict              a request with this key is in progress, or its
+                              outcome is unknown (stuck); with Retry-After
     422 Unprocessable Content the key was already used with another request
+    503 Service Unavailable   no connection free, or a read-only database;
+                              with Retry-After
 
 A retry with the same key and body gets the first answer again -- its status
 and body, stored in idem_keys -- with the header "Idempotent-Replayed: true".
 The key is reserved, the payment written and the answer stored in one
 transaction, which commits before the answer is sent: a client that times
-out or loses the connection retries and gets that answer.
+out or loses the connection retries and gets that answer.  Error bodies are
+{"error": "<code>", "message": "<sentence>"}.
 
 For demonstrations, "X-Simulated-Latency-Ms: n" (at most 5000) makes the
 request sleep after writing the payment and before committing, as a slow
@@ -29,7 +36,8 @@ payment processor would.
 
 Run: PGHOST=... PGDATABASE=... /usr/bin/python3 server.py --port 0 --port-file F
 It listens on 127.0.0.1 only, on the port given (0: any free port, written to
---port-file), and stops on SIGTERM or after --max-seconds.
+--port-file), and stops on SIGTERM or after --max-seconds.  Behind a
+transaction-pooling PgBouncer, add --no-prepare.
 """
 
 import argparse
@@ -41,15 +49,39 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import psycopg2
-import psycopg2.errors
-import psycopg2.pool
-from psycopg2.extras import Json
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 OPERATION = "create-payment"
 DECLINE_ABOVE = 1_000_000  # cents; larger payments are declined
 MAX_BODY = 64 * 1024
 MAX_LATENCY_MS = 5000
+
+# The outcomes of idem_reserve that answer without running the effect
+REFUSED = {
+    "in_progress": (409, "in_progress",
+                    "a request with this Idempotency-Key is in progress; retry later"),
+    "stuck": (409, "stuck",
+              "the outcome of the request with this Idempotency-Key is being checked"),
+    "mismatch": (422, "mismatch",
+                 "this Idempotency-Key was already used with another request"),
+}
+
+# SQLSTATEs of the extension (psycopg: e.sqlstate) and what the client is told
+SQLSTATE_HTTP = {
+    "22023": (400, "invalid_request", None),  # the message names the argument
+    "ID003": REFUSED["in_progress"],          # idem_call's outcomes as errors
+    "ID004": REFUSED["mismatch"],
+    "ID005": REFUSED["stuck"],
+    "ID001": (500, "internal_error", "internal error"),  # a bug in the caller
+    "ID002": (500, "internal_error", "internal error"),
+    "25006": (503, "read_only", "the database is read-only; retry later"),
+}
+
+
+def error_body(code, message):
+    return {"error": code, "message": message}
 
 
 class BadRequest(Exception):
@@ -82,60 +114,49 @@ class Payments:
 
     def create(self, scope, key, request, latency):
         """Return (status, body, replayed) for one POST /payments."""
-        conn = self.pool.getconn()
         try:
-            return self._create(conn, scope, key, request, latency)
-        finally:
-            self.pool.putconn(conn)
+            with self.pool.connection() as conn:
+                # one transaction: committed at the end of the block, rolled
+                # back if anything in it raises
+                with conn.transaction():
+                    return self._create(conn, scope, key, request, latency)
+        except psycopg.Error as e:
+            if e.sqlstate not in SQLSTATE_HTTP:
+                raise
+            status, code, message = SQLSTATE_HTTP[e.sqlstate]
+            return status, error_body(code, message or e.diag.message_primary), False
 
     def _create(self, conn, scope, key, request, latency):
-        with conn:  # one transaction: committed on return, rolled back on error
-            with conn.cursor() as cur:
-                try:
-                    cur.execute(
-                        "SELECT outcome, response_status, response"
-                        " FROM idem_reserve(%s, %s, %s, scope => %s)",
-                        (OPERATION, key, Json(request), scope))
-                except psycopg2.errors.InvalidParameterValue as e:  # 22023
-                    conn.rollback()
-                    return 400, {"error": "invalid Idempotency-Key",
-                                 "detail": e.diag.message_primary}, False
-                outcome, response_status, response = cur.fetchone()
+        outcome, response_status, response = conn.execute(
+            "SELECT outcome, response_status, response"
+            " FROM idem_reserve(%s, %s, %s, scope => %s)",
+            (OPERATION, key, Jsonb(request), scope)).fetchone()
+        if outcome == "replay":
+            return response_status, response, True
+        if outcome in REFUSED:
+            status, code, message = REFUSED[outcome]
+            return status, error_body(code, message), False
 
-                if outcome == "replay":
-                    return response_status, response, True
-                if outcome == "mismatch":
-                    return 422, {"error": "this Idempotency-Key was already "
-                                          "used with another request"}, False
-                if outcome == "in_progress":
-                    return 409, {"error": "a request with this Idempotency-Key "
-                                          "is in progress; retry later"}, False
-                if outcome == "stuck":
-                    return 409, {"error": "the outcome of the request with this "
-                                          "Idempotency-Key is being checked"}, False
-
-                # new: this request owns the key
-                if request["amount"] > DECLINE_ABOVE:
-                    status, body, resource_id = 402, {"error": "card_declined"}, None
-                else:
-                    # The body is built as jsonb, the form idem_complete
-                    # stores, so that replays are byte for byte the same
-                    cur.execute(
-                        "INSERT INTO payments (account, order_id, amount, currency)"
-                        " VALUES (%s, %s, %s, %s)"
-                        " RETURNING id, jsonb_build_object('id', id,"
-                        " 'order_id', order_id, 'amount', amount,"
-                        " 'currency', currency, 'status', 'paid')",
-                        (scope, request["order_id"], request["amount"],
-                         request["currency"]))
-                    payment_id, body = cur.fetchone()
-                    status = 201
-                    resource_id = str(payment_id)
-                if latency:
-                    time.sleep(latency)
-                cur.execute("SELECT idem_complete(%s, %s, %s, %s, %s, %s)",
-                            (OPERATION, key, Json(body), status, resource_id,
-                             scope))
+        # new: this request owns the key
+        if request["amount"] > DECLINE_ABOVE:
+            status, resource_id = 402, None
+            body = error_body("card_declined", "the card was declined")
+        else:
+            # The body is built as jsonb, the form idem_complete stores, so
+            # that replays are the same document
+            payment_id, body = conn.execute(
+                "INSERT INTO payments (account, order_id, amount, currency)"
+                " VALUES (%s, %s, %s, %s)"
+                " RETURNING id, jsonb_build_object('id', id,"
+                " 'order_id', order_id, 'amount', amount,"
+                " 'currency', currency, 'status', 'paid')",
+                (scope, request["order_id"], request["amount"],
+                 request["currency"])).fetchone()
+            status, resource_id = 201, str(payment_id)
+        if latency:
+            time.sleep(latency)
+        conn.execute("SELECT idem_complete(%s, %s, %s, %s, %s, %s)",
+                     (OPERATION, key, Jsonb(body), status, resource_id, scope))
         return status, body, False
 
 
@@ -147,38 +168,39 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/healthz":
             self.reply(200, {"status": "ok"})
         else:
-            self.reply(404, {"error": "not found"})
+            self.reply(404, error_body("not_found", "not found"))
 
     def do_POST(self):
         if self.path != "/payments":
             self.drain()
-            return self.reply(404, {"error": "not found"})
+            return self.reply(404, error_body("not_found", "not found"))
         raw = self.drain()
         key = self.headers.get("Idempotency-Key")
         if key is None:
-            return self.reply(400, {"error": "the Idempotency-Key header is required"})
+            return self.reply(400, error_body("missing_key", "the Idempotency-Key header is required"))
         scope = self.headers.get("X-Account-Id", "public")
         try:
             request = parse_payment(raw)
             latency = int(self.headers.get("X-Simulated-Latency-Ms", "0"))
         except BadRequest as e:
-            return self.reply(400, {"error": str(e)})
+            return self.reply(400, error_body("bad_request", str(e)))
         except ValueError:
-            return self.reply(400, {"error": "bad X-Simulated-Latency-Ms"})
+            return self.reply(400, error_body("bad_request", "bad X-Simulated-Latency-Ms"))
         latency = min(max(latency, 0), MAX_LATENCY_MS) / 1000.0
 
         try:
             status, body, replayed = self.server.payments.create(scope, key, request, latency)
-        except psycopg2.pool.PoolError:
-            return self.reply(503, {"error": "busy"}, {"Retry-After": "1"})
-        except psycopg2.Error as e:
-            self.log_message("database error %s: %s", e.pgcode, e.pgerror)
-            return self.reply(500, {"error": "internal error"})
+        except PoolTimeout:
+            return self.reply(503, error_body("busy", "no database connection is free; retry later"),
+                              {"Retry-After": "1"})
+        except psycopg.Error as e:
+            self.log_message("database error %s: %s", e.sqlstate, e)
+            return self.reply(500, error_body("internal_error", "internal error"))
 
         headers = {}
         if replayed:
             headers["Idempotent-Replayed"] = "true"
-        if status == 409:
+        if status in (409, 503):
             headers["Retry-After"] = "1"
         self.reply(status, body, headers)
 
@@ -215,9 +237,18 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=300,
                     help="stop after this long (default 300)")
     ap.add_argument("--dsn", default="", help="libpq connection string (default: environment)")
+    ap.add_argument("--no-prepare", action="store_true",
+                    help="never prepare statements on the server (for PgBouncer's transaction pooling)")
     args = ap.parse_args()
 
-    pool = psycopg2.pool.ThreadedConnectionPool(1, 16, args.dsn)
+    # autocommit: each conn.transaction() block is one BEGIN ... COMMIT.
+    # psycopg prepares a statement on the server after it ran 5 times on a
+    # connection; behind a transaction-pooling PgBouncer the next
+    # transaction may get another server connection, which lacks it.
+    kwargs = {"autocommit": True}
+    if args.no_prepare:
+        kwargs["prepare_threshold"] = None
+    pool = ConnectionPool(args.dsn, min_size=1, max_size=16, kwargs=kwargs, timeout=10)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.payments = Payments(pool)
@@ -242,7 +273,7 @@ def main():
         server.serve_forever()
     finally:
         server.server_close()
-        pool.closeall()
+        pool.close()
         sys.stderr.write("server: stopped\n")
 
 
