@@ -4,7 +4,7 @@
 source test/scripts/lib/examples.sh
 source test/scripts/lib/http_contract.sh
 hc_setup python
-PGUSER=idem_example_http_app hc_start /usr/bin/python3 examples/http/python/server.py
+hc_start_python
 hc_contract
 hc_stop
 ex_finish

@@ -37,6 +37,42 @@ hc_start() {
 	echo "service pid $HC_SERVER on $HC_URL"
 }
 
+# Start each language's service, as the application role, with libpq's
+# environment (JDBC: the URL given); built first where it needs it
+hc_start_python() {
+	PGUSER=idem_example_http_app hc_start /usr/bin/python3 examples/http/python/server.py "$@"
+}
+
+hc_start_node() {
+	if ! [ -d examples/http/node/node_modules/pg ]; then
+		(cd examples/http/node && npm ci --no-audit --no-fund --loglevel=error)
+	fi
+	PGUSER=idem_example_http_app hc_start node examples/http/node/server.js
+}
+
+# Offline, from Debian's golang-github-jackc-pgx-v4-dev, in GOPATH mode as
+# Debian packages Go libraries
+hc_start_go() {
+	if ! [ -x "$HC_TMP/payments-go" ]; then
+		GO111MODULE=off GOPATH=/usr/share/gocode go build -o "$HC_TMP/payments-go" ./examples/http/go
+	fi
+	PGUSER=idem_example_http_app hc_start "$HC_TMP/payments-go"
+}
+
+# hc_start_java JDBC_URL
+hc_start_java() {
+	local jar=/usr/share/java/postgresql.jar
+	if ! [ -d "$HC_TMP/classes" ]; then
+		javac -Xlint:all -Werror -cp "$jar" -d "$HC_TMP/classes" examples/http/java/PaymentsServer.java
+	fi
+	JDBC_URL=$1 hc_start java -cp "$HC_TMP/classes:$jar" PaymentsServer
+}
+
+# A free loopback TCP port
+hc_free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
 # Stop the service with SIGTERM and check that it went
 hc_stop() {
 	local i
