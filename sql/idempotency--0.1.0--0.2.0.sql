@@ -6,3 +6,57 @@
 -- reconcilers stay as they are, with their meaning.
 
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.2.0'" to load this file. \quit
+
+-- sql/install/35_worker_status.sql: the view idem_worker_status
+
+CREATE FUNCTION @extschema@.idem_worker_status(
+	OUT datid oid,
+	OUT passes bigint,
+	OUT last_pass_start timestamptz,
+	OUT last_pass_end timestamptz,
+	OUT deleted bigint,
+	OUT flagged bigint,
+	OUT reconciled bigint,
+	OUT failed bigint,
+	OUT batches bigint,
+	OUT longest_batch interval,
+	OUT stopped_early boolean,
+	OUT total_deleted bigint,
+	OUT total_flagged bigint,
+	OUT total_reconciled bigint,
+	OUT total_failed bigint,
+	OUT next_pass_due timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_worker_status'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+
+CREATE VIEW @extschema@.idem_worker_status AS
+SELECT s.datid,
+	d.datname,
+	s.passes,
+	s.last_pass_start,
+	s.last_pass_end,
+	s.last_pass_end OPERATOR(pg_catalog.-) s.last_pass_start AS last_pass_duration,
+	s.deleted,
+	s.flagged,
+	s.reconciled,
+	s.failed,
+	s.batches,
+	s.longest_batch,
+	s.stopped_early,
+	s.total_deleted,
+	s.total_flagged,
+	s.total_reconciled,
+	s.total_failed,
+	s.next_pass_due
+FROM @extschema@.idem_worker_status() s
+LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+COMMENT ON VIEW @extschema@.idem_worker_status IS
+	'the background worker''s last maintenance pass in each database since the server started, and when the next is due';
+
+-- Read like idem_stats: through pg_read_all_stats, nothing to PUBLIC.
+REVOKE ALL ON FUNCTION @extschema@.idem_worker_status() FROM PUBLIC;
+REVOKE ALL ON @extschema@.idem_worker_status FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_worker_status TO pg_read_all_stats;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_worker_status() TO pg_read_all_stats;

@@ -57,6 +57,7 @@ _PG_init(void)
 
 	IdemKeysInit();
 	IdemStatsInit();
+	IdemStatusInit();
 	IdemWorkerInit();
 
 #if PG_VERSION_NUM >= 150000

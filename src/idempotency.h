@@ -9,6 +9,7 @@
  *					checkpoint, lookup, and the per-key lock
  *	  canonical.c	RFC 8785 canonical JSON and the SHA-256 fingerprint
  *	  stats.c		shared-memory statistics
+ *	  status.c		the background worker's state in shared memory
  *	  worker.c		background worker: the launcher and the
  *					per-database workers, and their settings
  *	  maintenance.c	expiry, stuck detection and reconciliation, shared
@@ -176,5 +177,15 @@ typedef enum IdemCounter
 extern void IdemStatsInit(void);
 extern void IdemStatsCount(const char *operation, int operation_len,
 						   IdemCounter counter, int64 n);
+extern int	IdemStatsDatabases(Oid **dbids);
+extern void IdemStatsForgetDatabase(Oid dbid);
+
+/* status.c: the worker's last pass per database, the launcher's next round */
+extern void IdemStatusInit(void);
+extern void IdemStatusReportRound(TimestampTz next_round);
+extern void IdemStatusReportPass(Oid dboid, TimestampTz start, TimestampTz end,
+								 const IdemPassCounts *counts);
+extern int	IdemStatusDatabases(Oid **dbids);
+extern void IdemStatusForgetDatabase(Oid dboid);
 
 #endif							/* IDEMPOTENCY_H */

@@ -33,6 +33,15 @@
  * error.  idem_stats_reset() removes the entries of the current database,
  * which frees their room.
  *
+ * Dropped databases
+ * -----------------
+ * The entries of a dropped database are removed by the background worker's
+ * launcher, which lists pg_database at each round anyway (worker.c): it
+ * takes the list of databases that have entries here first, then reads
+ * pg_database with a newer snapshot, so a database it does not find there
+ * had entries before the snapshot and is gone.  A standby has no launcher
+ * and keeps such entries until it is promoted or restarted.
+ *
  * Locking
  * -------
  * - IdemStatsShared->lock, one LWLock, protects the hash table and the
@@ -459,20 +468,18 @@ idem_stats(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* idem_stats_reset(): remove the current database's entries, freeing their room */
-Datum
-idem_stats_reset(PG_FUNCTION_ARGS)
+/* Remove a database's entries, freeing their room */
+static void
+StatsRemoveDatabase(Oid dbid)
 {
 	HASH_SEQ_STATUS status;
 	IdemStatsEntry *entry;
-
-	StatsCheckAvailable();
 
 	LWLockAcquire(idem_stats_shared->lock, LW_EXCLUSIVE);
 	hash_seq_init(&status, idem_stats_hash);
 	while ((entry = hash_seq_search(&status)) != NULL)
 	{
-		if (entry->key.dbid != MyDatabaseId)
+		if (entry->key.dbid != dbid)
 			continue;
 		if (StatsIsOverflowKey(&entry->key))
 			idem_stats_shared->overflow--;
@@ -481,6 +488,61 @@ idem_stats_reset(PG_FUNCTION_ARGS)
 		hash_search(idem_stats_hash, &entry->key, HASH_REMOVE, NULL);
 	}
 	LWLockRelease(idem_stats_shared->lock);
+}
 
+/* idem_stats_reset(): remove the current database's entries, freeing their room */
+Datum
+idem_stats_reset(PG_FUNCTION_ARGS)
+{
+	StatsCheckAvailable();
+	StatsRemoveDatabase(MyDatabaseId);
 	PG_RETURN_VOID();
+}
+
+/*
+ * The databases that have entries, palloc'd; their number.  The launcher
+ * lists them before it reads pg_database, and hands those it did not find
+ * there to IdemStatsForgetDatabase (see ForgetDroppedDatabases in
+ * worker.c).
+ */
+int
+IdemStatsDatabases(Oid **dbids)
+{
+	HASH_SEQ_STATUS status;
+	IdemStatsEntry *entry;
+	int			n = 0;
+	int			cap = 16;
+
+	*dbids = NULL;
+	if (idem_stats_hash == NULL)
+		return 0;
+	*dbids = palloc(cap * sizeof(Oid));
+	LWLockAcquire(idem_stats_shared->lock, LW_SHARED);
+	hash_seq_init(&status, idem_stats_hash);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		int			i;
+
+		for (i = 0; i < n; i++)
+			if ((*dbids)[i] == entry->key.dbid)
+				break;
+		if (i < n)
+			continue;
+		if (n == cap)
+		{
+			cap *= 2;
+			*dbids = repalloc(*dbids, cap * sizeof(Oid));
+		}
+		(*dbids)[n++] = entry->key.dbid;
+	}
+	LWLockRelease(idem_stats_shared->lock);
+	return n;
+}
+
+/* Remove the entries of a dropped database */
+void
+IdemStatsForgetDatabase(Oid dbid)
+{
+	if (idem_stats_hash != NULL)
+		StatsRemoveDatabase(dbid);
 }

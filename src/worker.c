@@ -46,6 +46,15 @@
  * full speed when nobody waits for the CPU, and slowly when the
  * application needs it.
  *
+ * What a pass did
+ * ---------------
+ * A worker records its pass in shared memory (status.c, the
+ * idem_worker_status view) and logs a summary: at LOG when the pass did
+ * something and took at least idempotency.log_pass_min_duration, else at
+ * DEBUG1.  The launcher records when its next round is due, and at each
+ * round (once a minute while paused) forgets the shared-memory entries,
+ * statistics and status, of databases that were dropped.
+ *
  * Signals and standby
  * -------------------
  * SIGTERM: die(), so a running batch is cancelled at once; between units
@@ -109,6 +118,9 @@ int			idem_max_workers = 2;
 
 /* idempotency.sweep_duty_cycle, in percent */
 int			idem_sweep_duty_cycle = 10;
+
+/* idempotency.log_pass_min_duration, in milliseconds; -1 disables */
+static int	idem_log_pass_min_duration = 0;
 
 /* Longest pause between two batches, in milliseconds */
 #define IDEM_MAX_YIELD_MS			1000
@@ -212,6 +224,17 @@ IdemWorkerInit(void)
 							0,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("idempotency.log_pass_min_duration",
+							"Logs each maintenance pass that did something and took at least this long.",
+							"A pass that deleted, flagged or reconciled records is logged at LOG with what it did; 0 logs every such pass, -1 none.  Other passes are logged at DEBUG1.",
+							&idem_log_pass_min_duration,
+							0,
+							-1,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
@@ -241,48 +264,102 @@ DatabaseKnown(Oid dboid)
 	return false;
 }
 
-/* Queue every database a worker may visit, unless queued or visited now */
+/* Is dboid one of the n in list? */
+static bool
+OidInList(Oid dboid, const Oid *list, int n)
+{
+	int			i;
+
+	for (i = 0; i < n; i++)
+		if (list[i] == dboid)
+			return true;
+	return false;
+}
+
+/* Queue a database for a worker */
 static void
-QueueDatabases(void)
+QueueDatabase(Form_pg_database db)
+{
+	if (queue_len == queue_cap)
+	{
+		queue_cap = Max(16, queue_cap * 2);
+		queue = queue == NULL ?
+			MemoryContextAlloc(launcher_cxt, queue_cap * sizeof(QueuedDatabase)) :
+			repalloc(queue, queue_cap * sizeof(QueuedDatabase));
+	}
+	queue[queue_len].dboid = db->oid;
+	queue[queue_len].spcoid = db->dattablespace;
+	queue[queue_len].name = db->datname;
+	queue_len++;
+}
+
+/*
+ * Read pg_database.  With queue, queue every database a worker may visit,
+ * unless queued or visited now.  Always forget the shared-memory entries
+ * (statistics, worker status) of databases that are gone: the databases
+ * having entries are listed before the catalog snapshot is taken, so one
+ * that pg_database does not show was dropped; a database created
+ * meanwhile can only have entries made after the listing.
+ */
+static void
+ScanDatabases(bool queue_them)
 {
 	Relation	rel;
 	TableScanDesc scan;
 	HeapTuple	tuple;
+	Oid		   *stats_dbs;
+	Oid		   *status_dbs;
+	int			nstats;
+	int			nstatus;
+	Oid		   *live;
+	int			nlive = 0;
+	int			live_cap = 16;
+	int			i;
+
+	nstats = IdemStatsDatabases(&stats_dbs);
+	nstatus = IdemStatusDatabases(&status_dbs);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	(void) GetTransactionSnapshot();
 
+	live = palloc(live_cap * sizeof(Oid));
 	rel = table_open(DatabaseRelationId, AccessShareLock);
 	scan = table_beginscan_catalog(rel, 0, NULL);
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
 
+		if (nlive == live_cap)
+		{
+			live_cap *= 2;
+			live = repalloc(live, live_cap * sizeof(Oid));
+		}
+		live[nlive++] = db->oid;
+
 		/* Templates are skipped: a connection would block CREATE DATABASE */
-		if (!db->datallowconn || db->datistemplate ||
+		if (!queue_them || !db->datallowconn || db->datistemplate ||
 			db->datconnlimit == IDEM_DATCONNLIMIT_INVALID)
 			continue;
-		if (DatabaseKnown(db->oid))
-			continue;
-
-		if (queue_len == queue_cap)
-		{
-			queue_cap = Max(16, queue_cap * 2);
-			queue = queue == NULL ?
-				MemoryContextAlloc(launcher_cxt, queue_cap * sizeof(QueuedDatabase)) :
-				repalloc(queue, queue_cap * sizeof(QueuedDatabase));
-		}
-		queue[queue_len].dboid = db->oid;
-		queue[queue_len].spcoid = db->dattablespace;
-		queue[queue_len].name = db->datname;
-		queue_len++;
+		if (!DatabaseKnown(db->oid))
+			QueueDatabase(db);
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 
+	for (i = 0; i < nstats; i++)
+		if (!OidInList(stats_dbs[i], live, nlive))
+			IdemStatsForgetDatabase(stats_dbs[i]);
+	for (i = 0; i < nstatus; i++)
+		if (!OidInList(status_dbs[i], live, nlive))
+			IdemStatusForgetDatabase(status_dbs[i]);
+
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(launcher_cxt);
+	if (stats_dbs != NULL)
+		pfree(stats_dbs);
+	if (status_dbs != NULL)
+		pfree(status_dbs);
 }
 
 /* Forget the workers that have exited */
@@ -416,24 +493,32 @@ idem_launcher_main(Datum main_arg)
 
 		if (!idem_worker_enabled || RecoveryInProgress())
 		{
-			/* Paused: forget the queue; enabling starts a round at once */
+			/*
+			 * Paused: forget the queue; enabling starts a round at once.
+			 * Dropped databases are still forgotten, once a minute.
+			 */
 			queue_len = 0;
 			have_round = false;
 			timeout_ms = 60 * 1000L;
+			IdemStatusReportRound(0);
+			if (!RecoveryInProgress())
+				ScanDatabases(false);
 		}
 		else
 		{
+			TimestampTz next_round;
+
 			if (!have_round ||
 				now >= TimestampTzPlusMilliseconds(last_round, idem_sweep_interval_ms))
 			{
-				QueueDatabases();
+				ScanDatabases(true);
 				last_round = now;
 				have_round = true;
 			}
 			StartWorkers();
-			timeout_ms = MillisecondsUntil(now,
-										   TimestampTzPlusMilliseconds(last_round,
-																	   idem_sweep_interval_ms));
+			next_round = TimestampTzPlusMilliseconds(last_round, idem_sweep_interval_ms);
+			IdemStatusReportRound(next_round);
+			timeout_ms = MillisecondsUntil(now, next_round);
 		}
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -558,6 +643,46 @@ WorkerShouldStop(int64 batch_us)
 	return LockHasWaiters(&visit_locktag, RowExclusiveLock, true);
 }
 
+/*
+ * Log what a pass did: at LOG when it did something and took at least
+ * idempotency.log_pass_min_duration, else at DEBUG1.
+ */
+static void
+ReportPass(const IdemPassCounts *counts, TimestampTz start, TimestampTz end)
+{
+	long		ms = (long) ((end - start) / 1000);
+	bool		worked = counts->deleted > 0 || counts->flagged > 0 ||
+		counts->reconciled > 0 || counts->failed > 0;
+	int			elevel = DEBUG1;
+
+	if (worked && idem_log_pass_min_duration >= 0 &&
+		ms >= idem_log_pass_min_duration)
+		elevel = LOG;
+
+	if (counts->stopped)
+		ereport(elevel,
+				(errmsg("%s: deleted %lld expired records, flagged %lld stuck, reconciled %lld (%lld failed) in %ld ms; %lld batches, longest %.3f ms; stopped early",
+						MyBgworkerEntry->bgw_name,
+						(long long) counts->deleted,
+						(long long) counts->flagged,
+						(long long) counts->reconciled,
+						(long long) counts->failed,
+						ms,
+						(long long) counts->batches,
+						counts->longest_batch_us / 1000.0)));
+	else
+		ereport(elevel,
+				(errmsg("%s: deleted %lld expired records, flagged %lld stuck, reconciled %lld (%lld failed) in %ld ms; %lld batches, longest %.3f ms",
+						MyBgworkerEntry->bgw_name,
+						(long long) counts->deleted,
+						(long long) counts->flagged,
+						(long long) counts->reconciled,
+						(long long) counts->failed,
+						ms,
+						(long long) counts->batches,
+						counts->longest_batch_us / 1000.0)));
+}
+
 /* Entry point of a worker: one maintenance pass in one database */
 void
 idem_worker_main(Datum main_arg)
@@ -565,6 +690,7 @@ idem_worker_main(Datum main_arg)
 	Oid			dboid = DatumGetObjectId(main_arg);
 	Oid			spcoid;
 	TimestampTz start;
+	TimestampTz end;
 	IdemPassCounts counts;
 
 	memcpy(&spcoid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
@@ -598,19 +724,17 @@ idem_worker_main(Datum main_arg)
 
 	start = GetCurrentTimestamp();
 	IdemMaintainDatabase(IDEM_TXN_WORKER, InvalidOid, WorkerShouldStop, &counts);
+	end = GetCurrentTimestamp();
 
-	if (counts.missing && counts.batches == 0)
-		proc_exit(0);			/* the extension is not installed here */
-	ereport(DEBUG1,
-			(errmsg_internal("%s: deleted %lld expired records, flagged %lld stuck, reconciled %lld (%lld failed) in %ld ms; %lld batches, longest %.3f ms%s",
-							 MyBgworkerEntry->bgw_name,
-							 (long long) counts.deleted,
-							 (long long) counts.flagged,
-							 (long long) counts.reconciled,
-							 (long long) counts.failed,
-							 (long) ((GetCurrentTimestamp() - start) / 1000),
-							 (long long) counts.batches,
-							 counts.longest_batch_us / 1000.0,
-							 counts.stopped ? " (stopped early)" : "")));
+	if (counts.missing)
+	{
+		/* Not installed here, or dropped during the pass: no status */
+		IdemStatusForgetDatabase(MyDatabaseId);
+		if (counts.batches == 0)
+			proc_exit(0);
+	}
+	else
+		IdemStatusReportPass(MyDatabaseId, start, end, &counts);
+	ReportPass(&counts, start, end);
 	proc_exit(0);
 }

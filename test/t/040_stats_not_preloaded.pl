@@ -1,6 +1,7 @@
-# Without shared_preload_libraries the statistics cannot exist: idem_stats and
-# idem_stats_reset() raise an error that says how to enable them, and every
-# other function of the extension works unchanged.
+# Without shared_preload_libraries the statistics and the worker's status
+# cannot exist: idem_stats, idem_stats_reset() and idem_worker_status raise
+# an error that says how to enable them, and every other function of the
+# extension works unchanged.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -29,6 +30,16 @@ like($err,
 isnt($rc, 0, 'idem_stats_reset() fails');
 like($err, qr/idempotency statistics are not enabled/,
 	'idem_stats_reset() gives the same error');
+
+# The worker's status lives in shared memory too: the same kind of error
+($rc, $out, $err) = $node->psql('postgres',
+	"\\set VERBOSITY verbose\nSELECT * FROM idem_worker_status");
+isnt($rc, 0, 'selecting idem_worker_status fails');
+like($err, qr/ERROR:  55000: idempotency worker status is not available/,
+	'the error says the worker status is not available, SQLSTATE 55000');
+like($err,
+	qr/HINT:  Add "idempotency" to "shared_preload_libraries" in postgresql.conf and restart the server\./,
+	'its hint names shared_preload_libraries');
 
 # Everything else works, in one session and across sessions
 is( $node->safe_psql(
