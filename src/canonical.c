@@ -41,6 +41,7 @@
 #include <float.h>
 #include <math.h>
 
+#include "common/cryptohash.h"
 #include "common/sha2.h"
 #include "common/shortest_dec.h"
 #include "fmgr.h"
@@ -51,10 +52,6 @@
 #include "utils/memutils.h"
 #include "utils/numeric.h"
 #include "utils/resowner.h"
-
-#if PG_VERSION_NUM >= 140000
-#include "common/cryptohash.h"
-#endif
 
 #include "idempotency.h"
 
@@ -95,11 +92,7 @@ PG_FUNCTION_INFO_V1(idem_hash);
 /* A SHA-256 computation, over the PostgreSQL version's hash API */
 typedef struct CanonSha256
 {
-#if PG_VERSION_NUM >= 140000
 	pg_cryptohash_ctx *ctx;
-#else
-	pg_sha256_ctx ctx;
-#endif
 } CanonSha256;
 
 /* An object member waiting to be written in sorted order */
@@ -139,8 +132,8 @@ static const char canon_escape[256] = {
 static const char canon_hexdigits[] = "0123456789abcdef";
 
 static void CanonContainer(CanonState *st, const JsonbContainer *c);
-static void CanonNumberOutOfRange(bool negative, const char *digits, int k,
-								  int n) pg_attribute_noreturn();
+pg_noreturn static void CanonNumberOutOfRange(bool negative, const char *digits,
+											  int k, int n);
 
 /* Write the decimal form of an int at p (no NUL); returns its length */
 static int
@@ -164,7 +157,6 @@ CanonItoa(int value, char *p)
 	return i;
 }
 
-#if PG_VERSION_NUM >= 140000
 /*
  * The backend's one SHA-256 context, initialized again for every hash:
  * creating a context (with OpenSSL, a digest context registered with the
@@ -202,47 +194,31 @@ CanonSha256Context(void)
 				 errmsg("out of memory")));
 	return canon_sha256_ctx;
 }
-#endif
 
 /* Start a SHA-256 computation */
 static void
 CanonSha256Begin(CanonSha256 *h)
 {
-#if PG_VERSION_NUM >= 140000
 	h->ctx = CanonSha256Context();
 	if (pg_cryptohash_init(h->ctx) < 0)
 		elog(ERROR, "could not initialize SHA-256 context");
-#else
-	pg_sha256_init(&h->ctx);
-#endif
 }
 
 /* Add bytes to a SHA-256 computation */
 static void
 CanonSha256Add(CanonSha256 *h, const char *data, size_t len)
 {
-#if PG_VERSION_NUM >= 140000
 	if (pg_cryptohash_update(h->ctx, (const uint8 *) data, len) < 0)
 		elog(ERROR, "could not update SHA-256 context");
-#else
-	pg_sha256_update(&h->ctx, (const uint8 *) data, len);
-#endif
 }
 
 /* Finish a SHA-256 computation into dest (PG_SHA256_DIGEST_LENGTH bytes) */
 static void
 CanonSha256End(CanonSha256 *h, uint8 *dest)
 {
-#if PG_VERSION_NUM >= 150000
 	if (pg_cryptohash_final(h->ctx, dest, PG_SHA256_DIGEST_LENGTH) < 0)
 		elog(ERROR, "could not finalize SHA-256 context: %s",
 			 pg_cryptohash_error(h->ctx));
-#elif PG_VERSION_NUM >= 140000
-	if (pg_cryptohash_final(h->ctx, dest) < 0)
-		elog(ERROR, "could not finalize SHA-256 context");
-#else
-	pg_sha256_final(&h->ctx, dest);
-#endif
 }
 
 /* Is every byte of s[0..len) ASCII? */

@@ -60,9 +60,5 @@ _PG_init(void)
 	IdemStatusInit();
 	IdemWorkerInit();
 
-#if PG_VERSION_NUM >= 150000
 	MarkGUCPrefixReserved("idempotency");
-#else
-	EmitWarningsOnPlaceholders("idempotency");
-#endif
 }

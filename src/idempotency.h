@@ -3,7 +3,8 @@
  * idempotency.h
  *	  Declarations shared by the parts of the idempotency extension.
  *
- * Each part owns one .c file:
+ * Each part owns one .c file (differences between PostgreSQL versions are
+ * guarded in compat.h, not in the .c files):
  *	  idempotency.c	module entry (_PG_init) and the user-level settings
  *	  keys.c		the key lifecycle: reserve, complete, release,
  *					checkpoint, lookup, and the per-key lock
@@ -22,6 +23,8 @@
 #define IDEMPOTENCY_H
 
 #include "postgres.h"
+
+#include "compat.h"
 
 #include "datatype/timestamp.h"
 #include "utils/jsonb.h"

@@ -105,20 +105,6 @@ PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_checkpoint);
 PG_FUNCTION_INFO_V1(idem_lookup);
 
-/* The relation's current storage: TRUNCATE or VACUUM FULL changes it */
-#if PG_VERSION_NUM >= 160000
-#define RelationFileNumber(rel)	((rel)->rd_locator.relNumber)
-#else
-#define RelationFileNumber(rel)	((rel)->rd_node.relNode)
-#endif
-
-/* The local id of the current transaction */
-#if PG_VERSION_NUM >= 170000
-#define CurrentLocalXid()	(MyProc->vxid.lxid)
-#else
-#define CurrentLocalXid()	(MyProc->lxid)
-#endif
-
 /* Fourth field of our advisory lock tags: "id" */
 #define IDEM_LOCKTAG_SPACE	0x6964
 
@@ -740,11 +726,7 @@ FetchRecord(IdemCatalog *cat, Snapshot snapshot, text *scope, text *operation,
 	heap = table_open(cat->relid, AccessShareLock);
 	CheckColumns(heap);
 	/* From the relcache each time: REINDEX CONCURRENTLY gives it a new OID */
-#if PG_VERSION_NUM >= 180000
-	indexid = RelationGetPrimaryKeyIndex(heap, false);
-#else
-	indexid = RelationGetPrimaryKeyIndex(heap);
-#endif
+	indexid = IdemPrimaryKeyIndex(heap);
 	if (!OidIsValid(indexid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -758,11 +740,7 @@ FetchRecord(IdemCatalog *cat, Snapshot snapshot, text *scope, text *operation,
 							   F_TEXTEQ, PointerGetDatum(args[i]));
 
 	slot = table_slot_create(heap, NULL);
-#if PG_VERSION_NUM >= 180000
-	scan = index_beginscan(heap, index, snapshot, NULL, 3, 0);
-#else
-	scan = index_beginscan(heap, index, snapshot, 3, 0);
-#endif
+	scan = IdemIndexBeginScan(heap, index, snapshot, 3, 0);
 	index_rescan(scan, skey, 3, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found)
@@ -982,11 +960,7 @@ InsertIndexEntries(IdemWriter *w)
 		InitResultRelInfo(w->rri, w->rel, 1, NULL, 0);
 		ExecOpenIndices(w->rri, false);
 	}
-#if PG_VERSION_NUM >= 160000
-	ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL, false);
-#else
-	ExecInsertIndexTuples(w->rri, w->slot, w->estate, false, false, NULL, NIL);
-#endif
+	IdemInsertIndexTuples(w->rri, w->estate, 0, w->slot, NIL, NULL);
 }
 
 /* Raise 40001 for a record changed twice by one command (a trigger, say) */
@@ -1023,24 +997,16 @@ UpdateRow(IdemWriter *w, IdemRecord *rec, Datum *values, bool *nulls, bool *repl
 	TM_Result	result;
 	TM_FailureData tmfd;
 	LockTupleMode lockmode;
-#if PG_VERSION_NUM >= 160000
 	TU_UpdateIndexes update_indexes;
-#else
-	bool		update_indexes;
-#endif
 
 	tuple = heap_modify_tuple(rec->tuple, RelationGetDescr(w->rel), values, nulls, replace);
 	ExecStoreHeapTuple(tuple, w->slot, true);
-	result = table_tuple_update(w->rel, &rec->tid, w->slot, GetCurrentCommandId(true),
-								InvalidSnapshot, InvalidSnapshot, true, &tmfd, &lockmode,
-								&update_indexes);
+	result = IdemTableTupleUpdate(w->rel, &rec->tid, w->slot, GetCurrentCommandId(true), 0,
+								  InvalidSnapshot, InvalidSnapshot, true, &tmfd, &lockmode,
+								  &update_indexes);
 	if (result == TM_SelfModified)
 		ReportConcurrentChange();
-#if PG_VERSION_NUM >= 160000
 	if (result == TM_Ok && update_indexes != TU_None)
-#else
-	if (result == TM_Ok && update_indexes)
-#endif
 		InsertIndexEntries(w);
 	if (result == TM_Ok)
 		RememberWrite(w);
@@ -1054,8 +1020,8 @@ DeleteRow(IdemWriter *w, IdemRecord *rec)
 	TM_FailureData tmfd;
 	TM_Result	result;
 
-	result = table_tuple_delete(w->rel, &rec->tid, GetCurrentCommandId(true),
-								InvalidSnapshot, InvalidSnapshot, true, &tmfd, false);
+	result = IdemTableTupleDelete(w->rel, &rec->tid, GetCurrentCommandId(true), 0,
+								  InvalidSnapshot, InvalidSnapshot, true, &tmfd);
 	if (result == TM_SelfModified)
 		ReportConcurrentChange();
 	return result;

@@ -480,11 +480,7 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	cid = GetCurrentCommandId(true);
 	slot = table_slot_create(heap, NULL);
-#if PG_VERSION_NUM >= 180000
-	scan = index_beginscan(heap, index, snapshot, NULL, nkeys, 0);
-#else
-	scan = index_beginscan(heap, index, snapshot, nkeys, 0);
-#endif
+	scan = IdemIndexBeginScan(heap, index, snapshot, nkeys, 0);
 	index_rescan(scan, skey, nkeys, NULL, 0);
 	oc.n = 0;
 
@@ -507,8 +503,8 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 			memcmp(VARDATA_ANY(status), "completed", 9) != 0)
 			continue;
 
-		if (table_tuple_delete(heap, &slot->tts_tid, cid, snapshot,
-							   InvalidSnapshot, false, &tmfd, false) != TM_Ok)
+		if (IdemTableTupleDelete(heap, &slot->tts_tid, cid, 0, snapshot,
+								 InvalidSnapshot, false, &tmfd) != TM_Ok)
 			continue;			/* being changed, or changed: not ours now */
 
 		OpCountsAdd(&oc,
@@ -717,11 +713,7 @@ CallReconciler(StuckRecord *rec, Datum row)
 				 errmsg("role with OID %u that registered the reconciler does not exist",
 						rec->run_as),
 				 errhint("Register the reconciler again with idem_set_reconciler.")));
-#if PG_VERSION_NUM >= 160000
-	aclresult = object_aclcheck(ProcedureRelationId, handler, rec->run_as, ACL_EXECUTE);
-#else
-	aclresult = pg_proc_aclcheck(handler, rec->run_as, ACL_EXECUTE);
-#endif
+	aclresult = IdemFunctionAclCheck(handler, rec->run_as, ACL_EXECUTE);
 	if (aclresult != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -831,9 +823,6 @@ UnitEnd(PassState *ps)
 	else if (ps->mode == IDEM_TXN_PROCEDURE)
 	{
 		SPI_commit();
-#if PG_VERSION_NUM < 150000
-		SPI_start_transaction();
-#endif
 	}
 	MemoryContextSwitchTo(ps->passcxt);
 	MemoryContextReset(ps->unitcxt);
@@ -1167,11 +1156,7 @@ idem_set_reconciler(PG_FUNCTION_ARGS)
 		(void) OpenCatalog(nspid);
 		CheckReconcilerSignature(handler,
 								 get_rel_type_id(maint_catalog.keys_relid));
-#if PG_VERSION_NUM >= 160000
-		aclresult = object_aclcheck(ProcedureRelationId, handler, GetUserId(), ACL_EXECUTE);
-#else
-		aclresult = pg_proc_aclcheck(handler, GetUserId(), ACL_EXECUTE);
-#endif
+		aclresult = IdemFunctionAclCheck(handler, GetUserId(), ACL_EXECUTE);
 		if (aclresult != ACLCHECK_OK)
 			aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(handler));
 

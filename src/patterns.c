@@ -142,12 +142,7 @@ CheckHandlerExecutable(Oid handler)
 {
 	AclResult	aclresult;
 
-#if PG_VERSION_NUM >= 160000
-	aclresult = object_aclcheck(ProcedureRelationId, handler, GetUserId(),
-								ACL_EXECUTE);
-#else
-	aclresult = pg_proc_aclcheck(handler, GetUserId(), ACL_EXECUTE);
-#endif
+	aclresult = IdemFunctionAclCheck(handler, GetUserId(), ACL_EXECUTE);
 	if (aclresult != ACLCHECK_OK)
 		aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(handler));
 	InvokeFunctionExecuteHook(handler);

@@ -127,9 +127,7 @@ static HTAB *idem_stats_hash = NULL;
 /* Whether this backend has already logged that a call was not counted */
 static bool idem_stats_drop_logged = false;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* Entries the hash table has room for: named plus overflow */
@@ -189,7 +187,6 @@ StatsRequestShmem(void)
 	RequestNamedLWLockTranche(IDEM_STATS_NAME, 1);
 }
 
-#if PG_VERSION_NUM >= 150000
 /* shmem_request_hook: request our share after the previous hook's */
 static void
 StatsShmemRequest(void)
@@ -198,7 +195,6 @@ StatsShmemRequest(void)
 		prev_shmem_request_hook();
 	StatsRequestShmem();
 }
-#endif
 
 /* shmem_startup_hook: create or attach the shared state and hash table */
 static void
@@ -225,9 +221,8 @@ StatsShmemStartup(void)
 	info.keysize = sizeof(IdemStatsKey);
 	info.entrysize = sizeof(IdemStatsEntry);
 	info.hash = StatsHash;
-	idem_stats_hash = ShmemInitHash(IDEM_STATS_NAME " hash",
-									StatsCapacity(), StatsCapacity(),
-									&info, HASH_ELEM | HASH_FUNCTION);
+	idem_stats_hash = IdemShmemInitHash(IDEM_STATS_NAME " hash", StatsCapacity(),
+										&info, HASH_ELEM | HASH_FUNCTION);
 
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -263,12 +258,8 @@ IdemStatsInit(void)
 							0,
 							NULL, NULL, NULL);
 
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = StatsShmemRequest;
-#else
-	StatsRequestShmem();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = StatsShmemStartup;
 }

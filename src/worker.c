@@ -461,9 +461,7 @@ idem_launcher_main(Datum main_arg)
 	/* No database: like autovacuum's launcher, only shared catalogs */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
-#if PG_VERSION_NUM >= 170000
-	launcher_wait_event = WaitEventExtensionNew("IdempotencyLauncherMain");
-#endif
+	launcher_wait_event = IdemWaitEventNew("IdempotencyLauncherMain");
 
 	launcher_cxt = AllocSetContextCreate(TopMemoryContext,
 										 "idempotency launcher",
@@ -578,12 +576,7 @@ ClientsBusy(void)
 
 	for (i = 1; i <= n && !busy; i++)
 	{
-#if PG_VERSION_NUM >= 160001
-		/* renamed in 16.1 */
 		LocalPgBackendStatus *local = pgstat_get_local_beentry_by_index(i);
-#else
-		LocalPgBackendStatus *local = pgstat_fetch_stat_local_beentry(i);
-#endif
 		PgBackendStatus *be;
 
 		if (local == NULL)
@@ -694,9 +687,7 @@ idem_worker_main(Datum main_arg)
 	IdemPassCounts counts;
 
 	memcpy(&spcoid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
-#if PG_VERSION_NUM >= 170000
-	worker_wait_event = WaitEventExtensionNew("IdempotencyWorkerYield");
-#endif
+	worker_wait_event = IdemWaitEventNew("IdempotencyWorkerYield");
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
