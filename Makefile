@@ -28,6 +28,8 @@ ISOLATION_OPTS = --load-extension=$(EXTENSION) --inputdir=test
 EXTRA_CLEAN = results output_iso regression.* tmp_check test/results
 
 PG_CONFIG ?= pg_config
+# The library knows its own version, to tell an older catalog from an altered one
+PG_CPPFLAGS += -DIDEM_VERSION=\"$(EXTVERSION)\"
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
 
 # Set WERROR=1 (the test command does) to make every warning fatal.

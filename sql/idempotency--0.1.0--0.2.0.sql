@@ -60,3 +60,10 @@ REVOKE ALL ON FUNCTION @extschema@.idem_worker_status() FROM PUBLIC;
 REVOKE ALL ON @extschema@.idem_worker_status FROM PUBLIC;
 GRANT SELECT ON @extschema@.idem_worker_status TO pg_read_all_stats;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_worker_status() TO pg_read_all_stats;
+-- idem_keys.ttl: the ttl given at reservation, from which idem_complete now
+-- computes expires_at (completion time + ttl).  A 0.1.0 record that is still
+-- processing or stuck gets the ttl it was reserved with (expires_at -
+-- created_at); a completed one keeps its expires_at and needs none.
+ALTER TABLE @extschema@.idem_keys ADD COLUMN ttl interval;
+UPDATE @extschema@.idem_keys SET ttl = expires_at OPERATOR(pg_catalog.-) created_at
+WHERE status OPERATOR(pg_catalog.<>) 'completed'::pg_catalog.text;

@@ -41,61 +41,6 @@
 #endif
 
 /*
- * PostgreSQL 16 tells which indexes an update must touch (TU_None, TU_All,
- * TU_Summarizing) where 15 answered true or false.
- */
-#if PG_VERSION_NUM < 160000
-typedef bool TU_UpdateIndexes;
-#define TU_None false
-#endif
-
-/*
- * Inserting index entries for a new tuple version: PostgreSQL 19 takes
- * flags (EIIT_*) where 16 to 18 took three booleans and 15 two.
- */
-#if PG_VERSION_NUM < 190000
-#define EIIT_IS_UPDATE			(1 << 0)
-#define EIIT_NO_DUPE_ERROR		(1 << 1)
-#define EIIT_ONLY_SUMMARIZING	(1 << 2)
-#endif
-#if PG_VERSION_NUM >= 190000
-#define IdemInsertIndexTuples(rri, estate, flags, slot, arbiterIndexes, specConflict) \
-	ExecInsertIndexTuples((rri), (estate), (flags), (slot), (arbiterIndexes), (specConflict))
-#elif PG_VERSION_NUM >= 160000
-#define IdemInsertIndexTuples(rri, estate, flags, slot, arbiterIndexes, specConflict) \
-	ExecInsertIndexTuples((rri), (slot), (estate), ((flags) & EIIT_IS_UPDATE) != 0, \
-						  ((flags) & EIIT_NO_DUPE_ERROR) != 0, (specConflict), \
-						  (arbiterIndexes), ((flags) & EIIT_ONLY_SUMMARIZING) != 0)
-#else
-#define IdemInsertIndexTuples(rri, estate, flags, slot, arbiterIndexes, specConflict) \
-	ExecInsertIndexTuples((rri), (slot), (estate), ((flags) & EIIT_IS_UPDATE) != 0, \
-						  ((flags) & EIIT_NO_DUPE_ERROR) != 0, (specConflict), \
-						  (arbiterIndexes))
-#endif
-
-/*
- * Deleting and updating a tuple: PostgreSQL 19 takes options after the
- * command id, and a delete that moves a row to another partition says so
- * there (TABLE_DELETE_CHANGING_PARTITION) instead of in a last boolean.
- * Older versions know no other option.
- */
-#if PG_VERSION_NUM >= 190000
-#define IdemTableTupleDelete(rel, tid, cid, options, snapshot, crosscheck, wait, tmfd) \
-	table_tuple_delete((rel), (tid), (cid), (options), (snapshot), (crosscheck), (wait), (tmfd))
-#define IdemTableTupleUpdate(rel, otid, slot, cid, options, snapshot, crosscheck, wait, tmfd, lockmode, update_indexes) \
-	table_tuple_update((rel), (otid), (slot), (cid), (options), (snapshot), (crosscheck), \
-					   (wait), (tmfd), (lockmode), (update_indexes))
-#else
-#define TABLE_DELETE_CHANGING_PARTITION	(1 << 0)
-#define IdemTableTupleDelete(rel, tid, cid, options, snapshot, crosscheck, wait, tmfd) \
-	table_tuple_delete((rel), (tid), (cid), (snapshot), (crosscheck), (wait), (tmfd), \
-					   ((options) & TABLE_DELETE_CHANGING_PARTITION) != 0)
-#define IdemTableTupleUpdate(rel, otid, slot, cid, options, snapshot, crosscheck, wait, tmfd, lockmode, update_indexes) \
-	table_tuple_update((rel), (otid), (slot), (cid), (snapshot), (crosscheck), \
-					   (wait), (tmfd), (lockmode), (update_indexes))
-#endif
-
-/*
  * A shared hash table of a fixed number of entries: PostgreSQL 19 takes that
  * number once, where older versions took an initial and a maximum size.
  */
@@ -107,23 +52,9 @@ typedef bool TU_UpdateIndexes;
 	ShmemInitHash((name), (nelems), (nelems), (infoP), (hash_flags))
 #endif
 
-/* PostgreSQL 16 names a relation's storage by RelFileLocator */
-#if PG_VERSION_NUM >= 160000
-#define RelationFileNumber(rel)	((rel)->rd_locator.relNumber)
-#else
-#define RelationFileNumber(rel)	((rel)->rd_node.relNode)
-#endif
-
 /* PostgreSQL 16.1 renamed the accessor of the local backend status array */
 #if PG_VERSION_NUM < 160001
 #define pgstat_get_local_beentry_by_index(idx) pgstat_fetch_stat_local_beentry(idx)
-#endif
-
-/* PostgreSQL 17 keeps the local transaction id in the PGPROC's vxid */
-#if PG_VERSION_NUM >= 170000
-#define CurrentLocalXid()	(MyProc->vxid.lxid)
-#else
-#define CurrentLocalXid()	(MyProc->lxid)
 #endif
 
 /*
@@ -159,6 +90,38 @@ typedef bool TU_UpdateIndexes;
 #else
 #define IdemIndexBeginScan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
+/*
+ * The range table of an EState that writes one relation, as the logical
+ * apply worker builds it: PostgreSQL 16 moved permissions into
+ * RTEPermissionInfo (addRTEPermissionInfo, parser/parse_relation.h), 18
+ * added the set of unpruned relations.
+ */
+#if PG_VERSION_NUM >= 180000
+#define IdemInitRangeTable(estate, rte, perminfos) \
+	ExecInitRangeTable((estate), list_make1(rte), (perminfos), bms_make_singleton(1))
+#elif PG_VERSION_NUM >= 160000
+#define IdemInitRangeTable(estate, rte, perminfos) \
+	ExecInitRangeTable((estate), list_make1(rte), (perminfos))
+#else
+#define IdemInitRangeTable(estate, rte, perminfos) \
+	ExecInitRangeTable((estate), list_make1(rte))
+#endif
+#if PG_VERSION_NUM >= 160000
+#define IdemAddPermissionInfo(perminfos, rte) \
+	((void) addRTEPermissionInfo((perminfos), (rte)))
+#else
+#define IdemAddPermissionInfo(perminfos, rte)	((void) 0)
+#endif
+
+/* An EPQState with no plan: PostgreSQL 16 added the result relations */
+#if PG_VERSION_NUM >= 160000
+#define IdemEvalPlanQualInit(epqstate, estate) \
+	EvalPlanQualInit((epqstate), (estate), NULL, NIL, -1, NIL)
+#else
+#define IdemEvalPlanQualInit(epqstate, estate) \
+	EvalPlanQualInit((epqstate), (estate), NULL, NIL, -1)
 #endif
 
 #endif							/* IDEM_COMPAT_H */

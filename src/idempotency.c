@@ -55,7 +55,6 @@ _PG_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
-	IdemKeysInit();
 	IdemStatsInit();
 	IdemStatusInit();
 	IdemWorkerInit();

@@ -8,6 +8,8 @@
  *	  idempotency.c	module entry (_PG_init) and the user-level settings
  *	  keys.c		the key lifecycle: reserve, complete, release,
  *					checkpoint, lookup, and the per-key lock
+ *	  records.c		table idem_keys: its layout, the primary-key lookup
+ *					and the writes through the executor (records.h)
  *	  canonical.c	RFC 8785 canonical JSON and the SHA-256 fingerprint
  *	  stats.c		shared-memory statistics
  *	  status.c		the background worker's state in shared memory
@@ -91,24 +93,22 @@ extern void IdemCheckKey(text *key);
 extern void IdemCheckKeyArg(text *key, const char *argname);
 extern void IdemCheckScope(text *scope);
 
-/*
- * IdemReserve: with wait, a key held by another open transaction is waited
- * for instead of answering in_progress at once.  With count_stats, the
- * reservation is counted in idem_stats as reserves and its outcome; callers
- * that count under other names (idem_consume) pass false.
- */
+/* Flags of IdemReserve and IdemReserveCompleted (see keys.c) */
+#define IDEM_RESERVE_WAIT		0x01	/* wait for a key another transaction holds */
+#define IDEM_RESERVE_COUNT		0x02	/* count in idem_stats as reserves */
+#define IDEM_RESERVE_COMPLETED	0x04	/* internal: write the record completed */
+
 extern void IdemReserve(Oid nspid, text *scope, text *operation, text *key,
-						Jsonb *request, Interval *ttl, bool wait,
-						bool count_stats, IdemReservation *result);
+						Jsonb *request, Interval *ttl, int flags,
+						IdemReservation *result);
 extern void IdemReserveCompleted(Oid nspid, text *scope, text *operation,
-								 text *key, Interval *ttl, bool wait,
+								 text *key, Interval *ttl, int flags,
 								 IdemReservation *result);
 extern void IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 						 Jsonb *response, int32 response_status,
 						 text *resource_id, bool count_stats);
 extern bool IdemRelease(Oid nspid, text *scope, text *operation, text *key);
 extern Oid	IdemFunctionNamespace(FunctionCallInfo fcinfo);
-extern void IdemKeysInit(void);
 
 /* worker.c: maintenance settings and the background worker */
 extern int	idem_sweep_interval_ms;

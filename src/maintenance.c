@@ -25,23 +25,19 @@
  * -------
  * No unit ever waits for an application transaction, so none can join a
  * deadlock with one:
- *	- A sweep batch reads the expires_at index and deletes through the table
- *	  access method without waiting (as keys.c writes: no SQL, no triggers).
- *	  A record that another transaction is changing, or has changed since
- *	  the batch's snapshot (idem_reserve renewing it), makes the delete fail
- *	  and is skipped until the next pass.  The
- *	  other way round, an idem_reserve renewing a record a batch has just
- *	  deleted waits for that batch's commit (one short transaction), finds
- *	  the row gone and inserts afresh (keys.c).
- *	- A flag batch is an UPDATE of rows picked with FOR UPDATE SKIP LOCKED,
- *	  which repeats its conditions: a record that idem_complete,
- *	  idem_checkpoint or idem_release is writing is left for the next pass.
- *	  Those functions, finding the record being flagged, wait for the batch
- *	  and look again (keys.c), and idem_reserve answers in_progress
- *	  meanwhile.
- * Each unit first takes RowExclusiveLock on idem_keys by OID and then checks
- * that the table still exists, so a concurrent DROP EXTENSION ends a worker
- * pass quietly instead of failing a query.  A reconciler is called with the
+ *	- A sweep batch reads the expires_at index with the latest snapshot; a
+ *	  flag batch reads the table with it.  Each locks a candidate row version
+ *	  without waiting (RecordsLock, LockWaitSkip) and deletes or flags it
+ *	  through records.c's executor writer, as keys.c writes, so the table's
+ *	  constraints and triggers hold for both.  A record that another
+ *	  transaction is changing or locking, or has changed since the snapshot
+ *	  (idem_reserve renewing it), is skipped until the next pass.  The other
+ *	  way round, idem_reserve answers in_progress for a record a batch is
+ *	  deleting or flagging, and idem_complete, idem_checkpoint and
+ *	  idem_release wait for the batch and look again (keys.c).
+ * Each unit first opens idem_keys through records.c, which locks it by OID
+ * and then checks that it still exists, so a concurrent DROP EXTENSION ends
+ * a worker pass quietly instead of failing a query.  A reconciler is called with the
  * record locked FOR UPDATE (skipped when another transaction is writing it)
  * and settles it through idem_complete or idem_release.
  *
@@ -89,7 +85,9 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "idempotency.h"
+#include "records.h"
 
 PG_FUNCTION_INFO_V1(idem_sweep);
 PG_FUNCTION_INFO_V1(idem_flag_stuck);
@@ -107,11 +105,6 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
  */
 #define IDEM_NOTIFY_MAX			7000
 
-/* Attribute numbers of idem_keys, fixed by the install script */
-#define Anum_idem_operation		2
-#define Anum_idem_status		5
-#define Anum_idem_expires_at	12
-
 /* Phases of a pass */
 #define PHASE_SWEEP				0x01
 #define PHASE_FLAG				0x02
@@ -121,7 +114,6 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
 /* The prepared statements, valid for one installation of the extension */
 typedef enum MaintPlan
 {
-	MPLAN_FLAG,
 	MPLAN_ANY_RECONCILER,
 	MPLAN_STUCK_LIST,
 	MPLAN_STUCK_ROW,
@@ -165,18 +157,6 @@ typedef struct PassState
 
 /* SQL texts; %1$s is the quoted schema of the extension */
 static const char *const mplan_sql[NUM_MPLANS] = {
-	[MPLAN_FLAG] =
-	"WITH flagged AS ("
-	" UPDATE %1$s.idem_keys SET status = 'stuck'::pg_catalog.text"
-	" WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-	"  SELECT ctid FROM %1$s.idem_keys"
-	"  WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
-	"  AND updated_at OPERATOR(pg_catalog.<=) $1"
-	"  LIMIT $2 FOR UPDATE SKIP LOCKED))"
-	" AND status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text"
-	" AND updated_at OPERATOR(pg_catalog.<=) $1"
-	" RETURNING scope, operation, key)"
-	" SELECT scope, operation, key FROM flagged",
 	[MPLAN_ANY_RECONCILER] =
 	"SELECT 1 FROM %1$s.idem_reconcilers LIMIT 1",
 	[MPLAN_STUCK_LIST] =
@@ -203,7 +183,6 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 };
 
 static const Oid mplan_types[NUM_MPLANS][3] = {
-	[MPLAN_FLAG] = {TIMESTAMPTZOID, INT4OID},
 	[MPLAN_STUCK_LIST] = {INT4OID},
 	[MPLAN_STUCK_ROW] = {TEXTOID, TEXTOID, TEXTOID},
 	[MPLAN_SET_RECONCILER] = {TEXTOID, TEXTOID, REGROLEOID},
@@ -211,7 +190,6 @@ static const Oid mplan_types[NUM_MPLANS][3] = {
 };
 
 static const int mplan_nargs[NUM_MPLANS] = {
-	[MPLAN_FLAG] = 2,
 	[MPLAN_ANY_RECONCILER] = 0,
 	[MPLAN_STUCK_LIST] = 1,
 	[MPLAN_STUCK_ROW] = 3,
@@ -249,21 +227,34 @@ ReportMissingTable(const char *relname)
 			(errcode(ERRCODE_UNDEFINED_TABLE),
 			 errmsg("table \"%s\" of extension \"idempotency\" does not exist",
 					relname),
-			 errhint("Reinstall the extension with DROP EXTENSION idempotency; CREATE EXTENSION idempotency;")));
+			 errdetail("The extension may have been dropped while this call ran.")));
+}
+
+/* Raise the error for a missing idem_keys_expires_at_idx */
+static void
+ReportMissingExpiryIndex(Oid nspid)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("index \"idem_keys_expires_at_idx\" of extension \"idempotency\" does not exist"),
+			 errdetail("The sweep finds expired records through it."),
+			 errhint("Create it again with CREATE INDEX idem_keys_expires_at_idx ON %s (expires_at).",
+					 quote_qualified_identifier(get_namespace_name(nspid), "idem_keys"))));
 }
 
 /*
- * Find the extension's tables and lock idem_keys for this unit of work.
- * With nspid InvalidOid (the worker) the extension is looked up, and a
- * missing extension or table, or one dropped while we waited for the lock,
- * is reported by returning false.  With a schema (SQL functions) those are
- * errors.
+ * Find the extension's tables and lock idem_keys for this unit of work
+ * (records.c checks its layout).  With nspid InvalidOid (the worker) the
+ * extension is looked up, and a missing extension or table, or one dropped
+ * while we waited for the lock, is reported by returning false.  With a
+ * schema (SQL functions) those are errors.
  */
 static bool
 OpenCatalog(Oid nspid)
 {
 	MaintCatalog *cat = &maint_catalog;
 	bool		quiet = !OidIsValid(nspid);
+	IdemTable	table;
 	Oid			keys;
 	Oid			expires;
 	Oid			reconcilers;
@@ -276,26 +267,25 @@ OpenCatalog(Oid nspid)
 			return false;
 	}
 
-	keys = get_relname_relid("idem_keys", nspid);
-	expires = get_relname_relid("idem_keys_expires_at_idx", nspid);
-	reconcilers = get_relname_relid("idem_reconcilers", nspid);
-	if (!OidIsValid(keys) || !OidIsValid(expires) || !OidIsValid(reconcilers))
-	{
-		if (quiet)
-			return false;
-		ReportMissingTable(!OidIsValid(keys) ? "idem_keys" :
-						   !OidIsValid(expires) ? "idem_keys_expires_at_idx" :
-						   "idem_reconcilers");
-	}
-
-	/* Lock by OID, then make sure a concurrent DROP EXTENSION did not win */
-	LockRelationOid(keys, RowExclusiveLock);
-	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(keys)))
+	if (!RecordsTryOpen(nspid, RowExclusiveLock, &table))
 	{
 		if (quiet)
 			return false;
 		ReportMissingTable("idem_keys");
 	}
+	keys = RelationGetRelid(table.rel);
+	RecordsClose(&table);
+
+	expires = get_relname_relid("idem_keys_expires_at_idx", nspid);
+	reconcilers = get_relname_relid("idem_reconcilers", nspid);
+	if (!OidIsValid(reconcilers))
+	{
+		if (quiet)
+			return false;
+		ReportMissingTable("idem_reconcilers");
+	}
+	if (!OidIsValid(expires))
+		ReportMissingExpiryIndex(nspid);
 
 	if (cat->nspid != nspid || cat->keys_relid != keys ||
 		cat->expires_indexid != expires || cat->reconcilers_relid != reconcilers)
@@ -419,57 +409,35 @@ OpCountsAdd(OpCounts *oc, text *operation, IdemCounter counter)
 }
 
 /*
- * Raise an error unless the current role may delete records of idem_keys,
- * as a DELETE statement would require (the SQL entry points have refused
- * read-only transactions already).
- */
-static void
-CheckDeletable(Relation rel)
-{
-	Oid			relid = RelationGetRelid(rel);
-	AclResult	aclresult;
-
-	aclresult = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
-	if (aclresult == ACLCHECK_OK)
-		aclresult = pg_class_aclcheck(relid, GetUserId(), ACL_DELETE);
-	if (aclresult != ACLCHECK_OK)
-		aclcheck_error(aclresult, OBJECT_TABLE, RelationGetRelationName(rel));
-	if (check_enable_rls(relid, InvalidOid, false) == RLS_ENABLED)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("row-level security on \"idem_keys\" is not supported"),
-				 errhint("Separate tenants with the \"scope\" argument instead.")));
-}
-
-/*
  * Delete up to batch_size expired completed records, those with expires_at
- * in [*lower, now], straight through the expires_at index and the table
- * access method, like keys.c writes (no SQL, no triggers).  A record that
- * another transaction is changing or has changed since our snapshot (a
- * renewal by idem_reserve) makes the non-waiting delete fail: it is skipped,
- * which is FOR UPDATE SKIP LOCKED without a separate row lock.  *lower
- * moves to the last expires_at seen, so the next batch resumes there
- * instead of walking again over the index entries of deleted rows.
- * Returns the number deleted and counts them per operation in idem_stats.
+ * in [*lower, now], found through the expires_at index with the latest
+ * snapshot and deleted through records.c's executor writer.  Each is first
+ * locked without waiting: one that another transaction is changing or
+ * locking, or has changed since the snapshot (a renewal by idem_reserve),
+ * is skipped, as FOR UPDATE SKIP LOCKED would.  *lower moves to the last
+ * expires_at seen, so the next batch resumes there instead of walking again
+ * over the index entries of deleted rows.  Returns the number deleted and
+ * counts them per operation in idem_stats.
  */
 static int64
 SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 {
 	MaintCatalog *cat = &maint_catalog;
-	Relation	heap;
+	IdemTable	table;
+	IdemWriter	w;
 	Relation	index;
 	IndexScanDesc scan;
 	TupleTableSlot *slot;
 	ScanKeyData skey[2];
 	int			nkeys = 0;
 	Snapshot	snapshot;
-	CommandId	cid;
 	OpCounts	oc;
 	int64		deleted = 0;
 
-	heap = table_open(cat->keys_relid, RowExclusiveLock);
+	RecordsOpen(cat->nspid, RowExclusiveLock, &table);
+	RecordsCheckReadable(&table);
+	RecordsWriterBegin(&table, ACL_DELETE, "idem_sweep()", &w);
 	index = index_open(cat->expires_indexid, AccessShareLock);
-	CheckDeletable(heap);
 
 	ScanKeyInit(&skey[nkeys++], 1, BTLessEqualStrategyNumber,
 				F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
@@ -478,37 +446,34 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 					F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
 
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	cid = GetCurrentCommandId(true);
-	slot = table_slot_create(heap, NULL);
-	scan = IdemIndexBeginScan(heap, index, snapshot, nkeys, 0);
+	slot = table_slot_create(table.rel, NULL);
+	scan = IdemIndexBeginScan(table.rel, index, snapshot, nkeys, 0);
 	index_rescan(scan, skey, nkeys, NULL, 0);
 	oc.n = 0;
 
 	while (deleted < batch_size &&
 		   index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		bool		isnull;
 		TimestampTz expires_at;
-		text	   *status;
-		TM_FailureData tmfd;
 
 		CHECK_FOR_INTERRUPTS();
-		expires_at = DatumGetTimestampTz(slot_getattr(slot, Anum_idem_expires_at, &isnull));
+		slot_getallattrs(slot);
+		expires_at = DatumGetTimestampTz(SlotColumn(&table, slot, COL_EXPIRES_AT));
 		if (expires_at > *lower)
 			*lower = expires_at;
 
 		/* processing and stuck records never expire */
-		status = DatumGetTextPP(slot_getattr(slot, Anum_idem_status, &isnull));
-		if (VARSIZE_ANY_EXHDR(status) != 9 ||
-			memcmp(VARDATA_ANY(status), "completed", 9) != 0)
+		if (RecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_COMPLETED)
 			continue;
 
-		if (IdemTableTupleDelete(heap, &slot->tts_tid, cid, 0, snapshot,
-								 InvalidSnapshot, false, &tmfd) != TM_Ok)
-			continue;			/* being changed, or changed: not ours now */
+		/* being changed or locked, or changed: not ours now */
+		if (RecordsLock(&w, &slot->tts_tid, LockTupleExclusive, LockWaitSkip) != TM_Ok)
+			continue;
+		/* a BEFORE DELETE trigger may keep it */
+		if (!RecordsDelete(&w, false))
+			continue;
 
-		OpCountsAdd(&oc,
-					DatumGetTextPP(slot_getattr(slot, Anum_idem_operation, &isnull)),
+		OpCountsAdd(&oc, DatumGetTextPP(SlotColumn(&table, slot, COL_OPERATION)),
 					IDEM_STAT_EXPIRED);
 		deleted++;
 	}
@@ -517,10 +482,10 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
 	index_close(index, AccessShareLock);
-	table_close(heap, RowExclusiveLock);
+	RecordsWriterEnd(&w);
+	RecordsClose(&table);
 
 	OpCountsFlush(&oc, IDEM_STAT_EXPIRED);
-	CommandCounterIncrement();
 	return deleted;
 }
 
@@ -546,42 +511,71 @@ NotifyStuck(StringInfo buf, text *scope, text *operation, text *key)
 /*
  * Flag one batch of processing records last updated at or before cutoff
  * as stuck, with a NOTIFY each (sent when the transaction commits).  The
- * rows are picked with FOR UPDATE SKIP LOCKED: one that another transaction
- * is writing (idem_complete, idem_checkpoint or idem_release under way) is
- * left for the next pass.  Returns the number flagged and counts them per
- * operation in idem_stats.
+ * table is read with the latest snapshot and each candidate locked without
+ * waiting, then updated through records.c's executor writer: one that
+ * another transaction is writing or locking (idem_complete, idem_checkpoint
+ * or idem_release under way) is left for the next pass.  Returns the number
+ * flagged and counts them per operation in idem_stats.
  */
 static int64
 FlagBatch(int batch_size, TimestampTz cutoff)
 {
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
+	IdemTable	table;
+	IdemWriter	w;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	Snapshot	snapshot;
 	StringInfoData buf;
 	OpCounts	oc;
-	uint64		i;
-	int64		total;
+	int64		flagged = 0;
 
-	values[0] = TimestampTzGetDatum(cutoff);
-	values[1] = Int32GetDatum(batch_size);
+	RecordsOpen(maint_catalog.nspid, RowExclusiveLock, &table);
+	RecordsCheckReadable(&table);
+	RecordsWriterBegin(&table, ACL_UPDATE, "idem_flag_stuck()", &w);
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	RunPlan(MPLAN_FLAG, values, nulls);
-	total = SPI_processed;
-
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(table.rel, NULL);
+	scan = table_beginscan(table.rel, snapshot, 0, NULL);
 	initStringInfo(&buf);
 	oc.n = 0;
-	for (i = 0; i < SPI_processed; i++)
+
+	while (flagged < batch_size &&
+		   table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{
-		text	   *operation = ResultText(i, 2);
+		IdemRow		row;
+		TupleTableSlot *locked = w.locked;
 
-		NotifyStuck(&buf, ResultText(i, 1), operation, ResultText(i, 3));
-		OpCountsAdd(&oc, operation, IDEM_STAT_FLAGGED_STUCK);
+		CHECK_FOR_INTERRUPTS();
+		slot_getallattrs(slot);
+		if (RecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_PROCESSING ||
+			DatumGetTimestampTz(SlotColumn(&table, slot, COL_UPDATED_AT)) > cutoff)
+			continue;
+
+		/* being written or locked, or changed: left for the next pass */
+		if (RecordsLock(&w, &slot->tts_tid, LockTupleNoKeyExclusive, LockWaitSkip) != TM_Ok)
+			continue;
+		RowInit(&row);
+		RowSet(&row, COL_STATUS, CStringGetTextDatum("stuck"), false);
+		/* a BEFORE UPDATE trigger may keep it processing */
+		if (!RecordsUpdate(&w, &row, false))
+			continue;
+
+		NotifyStuck(&buf, DatumGetTextPP(SlotColumn(&table, locked, COL_SCOPE)),
+					DatumGetTextPP(SlotColumn(&table, locked, COL_OPERATION)),
+					DatumGetTextPP(SlotColumn(&table, locked, COL_KEY)));
+		OpCountsAdd(&oc, DatumGetTextPP(SlotColumn(&table, locked, COL_OPERATION)),
+					IDEM_STAT_FLAGGED_STUCK);
+		flagged++;
 	}
-	OpCountsFlush(&oc, IDEM_STAT_FLAGGED_STUCK);
 
-	SPI_finish();
-	return total;
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	RecordsWriterEnd(&w);
+	RecordsClose(&table);
+
+	OpCountsFlush(&oc, IDEM_STAT_FLAGGED_STUCK);
+	return flagged;
 }
 
 /*

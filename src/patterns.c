@@ -257,7 +257,7 @@ idem_call(PG_FUNCTION_ARGS)
 	cache = GetCallCache(fcinfo, PG_GETARG_OID(3));
 
 	IdemReserve(cache->nspid, scope, operation, key, request, ttl,
-				false, true, &r);
+				IDEM_RESERVE_COUNT, &r);
 
 	if (r.outcome == IDEM_REPLAY)
 	{
@@ -319,7 +319,8 @@ idem_consume(PG_FUNCTION_ARGS)
 	nspid = IdemFunctionNamespace(fcinfo);
 	scope = cstring_to_text(IDEM_CONSUME_SCOPE);
 
-	IdemReserveCompleted(nspid, scope, consumer, message_id, ttl, wait, &r);
+	IdemReserveCompleted(nspid, scope, consumer, message_id, ttl,
+						 wait ? IDEM_RESERVE_WAIT : 0, &r);
 
 	switch (r.outcome)
 	{

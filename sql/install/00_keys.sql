@@ -19,6 +19,9 @@ CREATE TABLE @extschema@.idem_keys (
 	created_at		timestamptz	NOT NULL DEFAULT pg_catalog.now(),
 	updated_at		timestamptz	NOT NULL DEFAULT pg_catalog.now(),
 	expires_at		timestamptz	NOT NULL,
+	-- the ttl given at reservation: completion sets expires_at to its time
+	-- plus ttl (NULL, in a row written by hand: idempotency.default_ttl)
+	ttl				interval,
 	CONSTRAINT idem_keys_pkey PRIMARY KEY (scope, operation, key)
 ) WITH (fillfactor = 90);
 

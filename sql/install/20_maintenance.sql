@@ -3,9 +3,9 @@
 -- C routines (src/maintenance.c); the functions let you run or schedule the
 -- work yourself, for example with pg_cron.
 
--- Finds expired records without reading the table.  Only expires_at is
--- indexed: idem_complete changes status, response and updated_at but not
--- expires_at, so completing a key stays a HOT update.
+-- Finds expired records without reading the table.  idem_complete sets
+-- expires_at (completion time + ttl), so a completion also adds an entry
+-- here and to the primary key.
 CREATE INDEX idem_keys_expires_at_idx ON @extschema@.idem_keys (expires_at);
 
 -- A reconciler runs as run_as.  Whoever writes a row must be able to become

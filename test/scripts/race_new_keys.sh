@@ -3,9 +3,9 @@
 # same key at the same moment (the key changes every millisecond),
 # with idem_reserve and with idem_consume.  Every attempt finds the key
 # absent or just taken, which is the path where a reservation that found
-# nothing skips its second read when the write generation is unchanged.
-# If that proof were wrong, a second inserter would reach the unique index
-# and its client would abort with a duplicate-key error (or wait).
+# nothing takes the key lock and reads again before it inserts.  Without
+# that second read, a second inserter would reach the unique index and its
+# client would abort with a duplicate-key error (or wait).
 #
 # Checks: no client error, and each key got exactly one "new" (reserve) or
 # one true (consume), as many as there are records.

@@ -1,0 +1,700 @@
+/*-------------------------------------------------------------------------
+ *
+ * records.c
+ *	  The one owner of table idem_keys: finding and locking it, checking
+ *	  its column layout, reading a record through the primary key, and
+ *	  writing records through the executor.  The key functions (keys.c),
+ *	  the patterns (patterns.c, through keys.c) and the maintenance code
+ *	  (maintenance.c) all reach the table through these routines, so a
+ *	  record travels the same way from every entry point.
+ *
+ * Finding the table: idem_keys is looked up by name in the extension's
+ * schema, locked by OID, and looked up again: a DROP EXTENSION that
+ * committed while we waited for the lock leaves a clean ERROR, never an
+ * attempt to open a relation that is gone.
+ *
+ * The layout: the columns are found by name and checked by type once per
+ * relcache entry of idem_keys (a relcache callback forgets the layout when
+ * the table changes), and so is the primary key on (scope, operation, key).
+ * A dropped, retyped or unexpected column, or a missing primary key, is an
+ * ERROR 55000 that names the column and the type expected, from every
+ * function, before anything is read or written.  Against an older catalog
+ * (ALTER EXTENSION UPDATE not yet run) the hint says to update it.
+ *
+ * The writes: ExecSimpleRelationInsert/Update/Delete with a ResultRelInfo
+ * and an EState of their own, as the logical apply worker writes, so CHECK
+ * and NOT NULL constraints, triggers and every index of the table hold as
+ * for an INSERT, UPDATE or DELETE statement.  An update or a delete first
+ * locks the row version it read (RecordsLock), with the caller's wait
+ * policy; the lock either succeeds on that very version or reports that it
+ * changed, so no write ever meets a newer version than the one its caller
+ * checked, and none raises a serialization failure at REPEATABLE READ.
+ *
+ * Locks taken here: the table's lock (AccessShareLock to read,
+ * RowExclusiveLock to write) until the end of the transaction, its
+ * indexes' AccessShareLock, and the row lock of RecordsLock.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "parser/parse_relation.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "compat.h"
+#include "records.h"
+
+#ifndef IDEM_VERSION
+#error "IDEM_VERSION must be defined (the Makefile passes the control file's version)"
+#endif
+
+/* Name and type of each column the extension reads and writes */
+typedef struct IdemColumnDef
+{
+	const char *name;
+	Oid			type;
+} IdemColumnDef;
+
+static const IdemColumnDef idem_columns[IDEM_NUM_COLUMNS] = {
+	[COL_SCOPE] = {"scope", TEXTOID},
+	[COL_OPERATION] = {"operation", TEXTOID},
+	[COL_KEY] = {"key", TEXTOID},
+	[COL_REQUEST_HASH] = {"request_hash", BYTEAOID},
+	[COL_STATUS] = {"status", TEXTOID},
+	[COL_RESPONSE_STATUS] = {"response_status", INT4OID},
+	[COL_RESPONSE] = {"response", JSONBOID},
+	[COL_RESOURCE_ID] = {"resource_id", TEXTOID},
+	[COL_RECOVERY_POINT] = {"recovery_point", TEXTOID},
+	[COL_CREATED_AT] = {"created_at", TIMESTAMPTZOID},
+	[COL_UPDATED_AT] = {"updated_at", TIMESTAMPTZOID},
+	[COL_EXPIRES_AT] = {"expires_at", TIMESTAMPTZOID},
+	[COL_TTL] = {"ttl", INTERVALOID},
+};
+
+/*
+ * The layout of the current relcache entry of idem_keys.  One table per
+ * database (the extension is installed once), so one entry is enough;
+ * another relid simply resolves again.
+ */
+typedef struct IdemLayout
+{
+	bool		valid;
+	Oid			relid;
+	AttrNumber	attnum[IDEM_NUM_COLUMNS];
+	Oid			pkey;
+} IdemLayout;
+
+static IdemLayout idem_layout;
+static bool idem_layout_callback = false;
+
+/* Relcache callback: forget the layout when idem_keys (or everything) changes */
+static void
+LayoutInvalidate(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == idem_layout.relid)
+		idem_layout.valid = false;
+}
+
+/* Raise the error for an idem_keys that is not there (any more) */
+static void
+ReportMissingTable(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_TABLE),
+			 errmsg("table \"idem_keys\" of extension \"idempotency\" does not exist"),
+			 errdetail("The extension may have been dropped while this call ran.")));
+}
+
+/* extversion of the installed extension, or NULL when it is not installed */
+static char *
+InstalledVersion(void)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	char	   *version = NULL;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
+				F_NAMEEQ, CStringGetDatum("idempotency"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = text_to_cstring(DatumGetTextPP(d));
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/* The schema-qualified name of idem_keys, for hints */
+static char *
+QualifiedName(Relation rel)
+{
+	return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+									  RelationGetRelationName(rel));
+}
+
+/*
+ * Raise the error for a column of the install script that idem_keys lacks.
+ * When the catalog is of another version than this library (ALTER
+ * EXTENSION UPDATE not run yet), updating it is the remedy.
+ */
+static void
+ReportMissingColumn(Relation rel, IdemColumn col)
+{
+	const char *name = idem_columns[col].name;
+	char	   *type = format_type_be(idem_columns[col].type);
+	char	   *installed = InstalledVersion();
+
+	if (installed != NULL && strcmp(installed, IDEM_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("table \"idem_keys\" has no column \"%s\"", name),
+				 errdetail("The library of extension \"idempotency\" is version %s and needs column \"%s\" of type %s; the installed catalog is version %s.",
+						   IDEM_VERSION, name, type, installed),
+				 errhint("Run ALTER EXTENSION idempotency UPDATE to bring the catalog to the library's version.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table \"idem_keys\" has no column \"%s\"", name),
+			 errdetail("The extension needs column \"%s\" of type %s.", name, type),
+			 errhint("Add the column back with ALTER TABLE %s ADD COLUMN %s %s.",
+					 QualifiedName(rel), quote_identifier(name), type)));
+}
+
+/* Raise the error for a column of idem_keys whose type was changed */
+static void
+ReportRetypedColumn(Relation rel, IdemColumn col, Oid actual)
+{
+	const char *name = idem_columns[col].name;
+	char	   *type = format_type_be(idem_columns[col].type);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("column \"%s\" of table \"idem_keys\" has type %s", name,
+					format_type_be(actual)),
+			 errdetail("The extension needs type %s.", type),
+			 errhint("Change it back with ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s.",
+					 QualifiedName(rel), quote_identifier(name), type,
+					 quote_identifier(name), type)));
+}
+
+/* Raise the error for a column of idem_keys that the extension does not know */
+static void
+ReportUnexpectedColumn(Relation rel, const char *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table \"idem_keys\" has an unexpected column \"%s\"", name),
+			 errdetail("The extension writes whole records and knows only the columns it created."),
+			 errhint("Keep the data of column \"%s\" in a table of your own and drop the column from %s.",
+					 name, QualifiedName(rel))));
+}
+
+/* Raise the error for an idem_keys without its primary key */
+static void
+ReportMissingPrimaryKey(Relation rel)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table \"idem_keys\" has no primary key on (scope, operation, key)"),
+			 errdetail("Every reservation finds its record through that primary key."),
+			 errhint("Add it back with ALTER TABLE %s ADD CONSTRAINT idem_keys_pkey PRIMARY KEY (scope, operation, key).",
+					 QualifiedName(rel))));
+}
+
+/* Is the primary key oid an index on exactly (scope, operation, key)? */
+static bool
+PrimaryKeyMatches(Oid pkey, const AttrNumber *attnum)
+{
+	HeapTuple	tuple;
+	Form_pg_index index;
+	bool		matches;
+
+	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(pkey));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	index = (Form_pg_index) GETSTRUCT(tuple);
+	matches = index->indnkeyatts == 3 &&
+		index->indkey.values[0] == attnum[COL_SCOPE] &&
+		index->indkey.values[1] == attnum[COL_OPERATION] &&
+		index->indkey.values[2] == attnum[COL_KEY];
+	ReleaseSysCache(tuple);
+	return matches;
+}
+
+/*
+ * Resolve the layout of idem_keys from its relcache entry: each column by
+ * name, checked by type, and the primary key.  Anything else in the table
+ * is an error (see the file header).
+ */
+static void
+ResolveLayout(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	AttrNumber	attnum[IDEM_NUM_COLUMNS] = {0};
+	Oid			pkey;
+	int			i;
+	int			c;
+
+	if (!idem_layout_callback)
+	{
+		CacheRegisterRelcacheCallback(LayoutInvalidate, (Datum) 0);
+		idem_layout_callback = true;
+	}
+
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		for (c = 0; c < IDEM_NUM_COLUMNS; c++)
+			if (strcmp(NameStr(att->attname), idem_columns[c].name) == 0)
+				break;
+		if (c == IDEM_NUM_COLUMNS)
+			ReportUnexpectedColumn(rel, NameStr(att->attname));
+		if (att->atttypid != idem_columns[c].type)
+			ReportRetypedColumn(rel, (IdemColumn) c, att->atttypid);
+		attnum[c] = att->attnum;
+	}
+	for (c = 0; c < IDEM_NUM_COLUMNS; c++)
+		if (attnum[c] == 0)
+			ReportMissingColumn(rel, (IdemColumn) c);
+
+	pkey = IdemPrimaryKeyIndex(rel);
+	if (!OidIsValid(pkey) || !PrimaryKeyMatches(pkey, attnum))
+		ReportMissingPrimaryKey(rel);
+
+	memcpy(idem_layout.attnum, attnum, sizeof(attnum));
+	idem_layout.pkey = pkey;
+	idem_layout.relid = RelationGetRelid(rel);
+	idem_layout.valid = true;
+}
+
+/*
+ * Open idem_keys of the extension in schema nspid with lockmode, held until
+ * the end of the transaction, and resolve its layout; false when there is
+ * no such table, or it was dropped while we waited for its lock (see the
+ * file header).  A table whose layout is wrong raises an ERROR.
+ */
+bool
+RecordsTryOpen(Oid nspid, LOCKMODE lockmode, IdemTable *table)
+{
+	Oid			relid = get_relname_relid("idem_keys", nspid);
+
+	if (!OidIsValid(relid))
+		return false;
+	LockRelationOid(relid, lockmode);
+	if (get_relname_relid("idem_keys", nspid) != relid)
+	{
+		UnlockRelationOid(relid, lockmode);
+		return false;
+	}
+
+	table->rel = table_open(relid, NoLock);
+	table->lockmode = lockmode;
+	if (!idem_layout.valid || idem_layout.relid != relid)
+		ResolveLayout(table->rel);
+	table->attnum = idem_layout.attnum;
+	table->pkey = idem_layout.pkey;
+	return true;
+}
+
+/* RecordsTryOpen, with an ERROR when the table is not there */
+void
+RecordsOpen(Oid nspid, LOCKMODE lockmode, IdemTable *table)
+{
+	if (!RecordsTryOpen(nspid, lockmode, table))
+		ReportMissingTable();
+}
+
+/* Close idem_keys; its lock stays until the end of the transaction */
+void
+RecordsClose(IdemTable *table)
+{
+	table_close(table->rel, NoLock);
+	table->rel = NULL;
+}
+
+/* Check a privilege on idem_keys as the equivalent statement would */
+static void
+CheckPrivilege(IdemTable *table, AclMode mode)
+{
+	AclResult	aclresult;
+
+	aclresult = pg_class_aclcheck(RelationGetRelid(table->rel), GetUserId(), mode);
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, OBJECT_TABLE, RelationGetRelationName(table->rel));
+}
+
+/* Refuse to read past privileges or row-level security */
+void
+RecordsCheckReadable(IdemTable *table)
+{
+	CheckPrivilege(table, ACL_SELECT);
+	if (check_enable_rls(RelationGetRelid(table->rel), InvalidOid, false) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("row-level security on \"idem_keys\" is not supported"),
+				 errhint("Separate tenants with the \"scope\" argument instead.")));
+}
+
+/* Map the status column to its enum */
+IdemStatus
+RecordsStatus(text *status)
+{
+	char	   *s = VARDATA_ANY(status);
+	int			len = VARSIZE_ANY_EXHDR(status);
+
+	if (len == 10 && memcmp(s, "processing", 10) == 0)
+		return STATUS_PROCESSING;
+	if (len == 9 && memcmp(s, "completed", 9) == 0)
+		return STATUS_COMPLETED;
+	if (len == 5 && memcmp(s, "stuck", 5) == 0)
+		return STATUS_STUCK;
+	ereport(ERROR,
+			(errcode(ERRCODE_CHECK_VIOLATION),
+			 errmsg("idempotency record has invalid status \"%.*s\"", len, s),
+			 errdetail("A status is \"processing\", \"completed\" or \"stuck\"."),
+			 errhint("Restore constraint idem_keys_status_check and correct the record.")));
+	return STATUS_PROCESSING;	/* keep compiler quiet */
+}
+
+/*
+ * Copy the row in slot, read with snapshot, into rec in the current memory
+ * context.  With a dirty snapshot, the row's writer (an open transaction
+ * inserting, updating or deleting it) is what the snapshot reported.
+ */
+void
+RecordsFromSlot(IdemTable *table, TupleTableSlot *slot, Snapshot snapshot,
+				IdemRecord *rec)
+{
+	Datum		d;
+	bool		isnull;
+
+	slot_getallattrs(slot);
+	memset(rec, 0, sizeof(*rec));
+	rec->status = RecordsStatus(DatumGetTextPP(SlotColumn(table, slot, COL_STATUS)));
+	if (!SlotColumnIsNull(table, slot, COL_REQUEST_HASH))
+		rec->request_hash = DatumGetByteaPCopy(SlotColumn(table, slot, COL_REQUEST_HASH));
+	if (!SlotColumnIsNull(table, slot, COL_RESPONSE_STATUS))
+	{
+		rec->has_response_status = true;
+		rec->response_status = DatumGetInt32(SlotColumn(table, slot, COL_RESPONSE_STATUS));
+	}
+	if (!SlotColumnIsNull(table, slot, COL_RESPONSE))
+		rec->response = DatumGetJsonbPCopy(SlotColumn(table, slot, COL_RESPONSE));
+	if (!SlotColumnIsNull(table, slot, COL_RESOURCE_ID))
+		rec->resource_id = DatumGetTextPCopy(SlotColumn(table, slot, COL_RESOURCE_ID));
+	if (!SlotColumnIsNull(table, slot, COL_RECOVERY_POINT))
+		rec->recovery_point = DatumGetTextPCopy(SlotColumn(table, slot, COL_RECOVERY_POINT));
+	rec->created_at = DatumGetTimestampTz(SlotColumn(table, slot, COL_CREATED_AT));
+	rec->updated_at = DatumGetTimestampTz(SlotColumn(table, slot, COL_UPDATED_AT));
+	rec->expires_at = DatumGetTimestampTz(SlotColumn(table, slot, COL_EXPIRES_AT));
+	if (!SlotColumnIsNull(table, slot, COL_TTL))
+	{
+		rec->ttl = palloc(sizeof(Interval));
+		memcpy(rec->ttl, DatumGetIntervalP(SlotColumn(table, slot, COL_TTL)), sizeof(Interval));
+	}
+
+	d = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+	if (!isnull && TransactionIdIsCurrentTransactionId(DatumGetTransactionId(d)))
+		rec->flags |= RECORD_MINE;
+	if (snapshot->snapshot_type == SNAPSHOT_DIRTY)
+	{
+		/* A new row version carries its inserter, an old one its deleter */
+		rec->writer_xid = TransactionIdIsValid(snapshot->xmin) ?
+			snapshot->xmin : snapshot->xmax;
+		if (TransactionIdIsValid(rec->writer_xid))
+			rec->flags |= RECORD_BUSY;
+	}
+	rec->tid = slot->tts_tid;
+}
+
+/*
+ * Read the record of (scope, operation, key) through the primary key with
+ * the given snapshot; false when there is none.  With a dirty snapshot this
+ * also sees rows of transactions still in progress, as unique checks do.
+ * When row_out is given, the whole row is returned there as a composite
+ * datum too.
+ */
+bool
+RecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
+			 text *operation, text *key, IdemRecord *rec, Datum *row_out)
+{
+	Relation	index;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	ScanKeyData skey[3];
+	text	   *args[3] = {scope, operation, key};
+	bool		found;
+	int			i;
+
+	index = index_open(table->pkey, AccessShareLock);
+	for (i = 0; i < 3; i++)
+		ScanKeyEntryInitialize(&skey[i], 0, i + 1, BTEqualStrategyNumber,
+							   InvalidOid, index->rd_indcollation[i],
+							   F_TEXTEQ, PointerGetDatum(args[i]));
+
+	slot = table_slot_create(table->rel, NULL);
+	scan = IdemIndexBeginScan(table->rel, index, snapshot, 3, 0);
+	index_rescan(scan, skey, 3, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found)
+	{
+		RecordsFromSlot(table, slot, snapshot, rec);
+		if (row_out)
+			*row_out = ExecFetchSlotHeapTupleDatum(slot);
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, AccessShareLock);
+	return found;
+}
+
+/*
+ * Prepare to write idem_keys after checking what the equivalent statement
+ * would: not in a read-only transaction (nor on a standby), and each
+ * privilege in modes.  "function" names the caller in the read-only error.
+ * Everything lives in the EState's memory and goes in RecordsWriterEnd.
+ */
+void
+RecordsWriterBegin(IdemTable *table, AclMode modes, const char *function,
+				   IdemWriter *w)
+{
+	Relation	rel = table->rel;
+	RangeTblEntry *rte;
+	List	   *perminfos = NIL;
+	MemoryContext oldcxt;
+
+	PreventCommandIfReadOnly(function);
+	if (modes & ACL_INSERT)
+		CheckPrivilege(table, ACL_INSERT);
+	if (modes & ACL_UPDATE)
+		CheckPrivilege(table, ACL_UPDATE);
+	if (modes & ACL_DELETE)
+		CheckPrivilege(table, ACL_DELETE);
+	if (table->lockmode < RowExclusiveLock)
+	{
+		/* Already locked: the table cannot have gone meanwhile */
+		LockRelationOid(RelationGetRelid(rel), RowExclusiveLock);
+		table->lockmode = RowExclusiveLock;
+	}
+
+	w->table = table;
+	w->estate = CreateExecutorState();
+	oldcxt = MemoryContextSwitchTo(w->estate->es_query_cxt);
+
+	rte = makeNode(RangeTblEntry);
+	rte->rtekind = RTE_RELATION;
+	rte->relid = RelationGetRelid(rel);
+	rte->relkind = rel->rd_rel->relkind;
+	rte->rellockmode = RowExclusiveLock;
+	IdemAddPermissionInfo(&perminfos, rte);
+	IdemInitRangeTable(w->estate, rte, perminfos);
+	(void) perminfos;
+
+	w->rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(w->rri, rel, 1, NULL, 0);
+	/* So that the AFTER triggers find it, as in the apply worker */
+	w->estate->es_opened_result_relations = list_make1(w->rri);
+	w->estate->es_output_cid = GetCurrentCommandId(true);
+	if (ActiveSnapshotSet())
+		w->estate->es_snapshot = GetActiveSnapshot();
+	ExecOpenIndices(w->rri, false);
+	IdemEvalPlanQualInit(&w->epqstate, w->estate);
+	w->locked = ExecInitExtraTupleSlot(w->estate, RelationGetDescr(rel),
+									   table_slot_callbacks(rel));
+	w->row = ExecInitExtraTupleSlot(w->estate, RelationGetDescr(rel),
+									&TTSOpsVirtual);
+	AfterTriggerBeginQuery();
+
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * Finish the writes: fire the AFTER triggers they queued, release the
+ * executor state, and make the changes visible to what follows.
+ */
+void
+RecordsWriterEnd(IdemWriter *w)
+{
+	EvalPlanQualEnd(&w->epqstate);
+	ExecCloseIndices(w->rri);
+	AfterTriggerEndQuery(w->estate);
+	ExecResetTupleTable(w->estate->es_tupleTable, false);
+	FreeExecutorState(w->estate);
+	w->estate = NULL;
+	CommandCounterIncrement();
+}
+
+/*
+ * Lock the row version at tid for an update (LockTupleNoKeyExclusive) or a
+ * delete (LockTupleExclusive) with the given wait policy, and keep it in
+ * w->locked.  TM_Ok: that version is still the current one and now ours to
+ * write.  TM_Updated or TM_Deleted: it changed meanwhile, read it again.
+ * TM_WouldBlock (LockWaitSkip): another open transaction holds it.  The
+ * version is locked itself, never a newer one: so the caller writes only
+ * what it checked, and no isolation level turns a change into 40001.
+ */
+TM_Result
+RecordsLock(IdemWriter *w, ItemPointer tid, LockTupleMode mode,
+			LockWaitPolicy policy)
+{
+	TM_FailureData tmfd;
+	TM_Result	result;
+
+	result = table_tuple_lock(w->table->rel, tid, w->estate->es_snapshot,
+							  w->locked, w->estate->es_output_cid, mode,
+							  policy, 0, &tmfd);
+	if (result == TM_SelfModified || result == TM_Invisible)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update of an idempotency record"),
+				 errhint("Retry the transaction; change idem_keys only through the idem_ functions.")));
+	return result;
+}
+
+/* Raise the error for a write that a BEFORE trigger on idem_keys skipped */
+static void
+ReportSkippedWrite(void)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_TRIGGERED_ACTION_EXCEPTION),
+			 errmsg("a trigger on table \"idem_keys\" skipped a write of an idempotency record"),
+			 errdetail("A BEFORE ROW trigger returned NULL, so the record would not say what happened."),
+			 errhint("Let BEFORE ROW triggers on idem_keys return the row, or raise an error to refuse it.")));
+}
+
+/* Store the given columns of row into slot over what it holds */
+static void
+StoreRow(IdemTable *table, TupleTableSlot *slot, IdemRow *row)
+{
+	int			c;
+
+	for (c = 0; c < IDEM_NUM_COLUMNS; c++)
+	{
+		if (!row->set[c])
+			continue;
+		slot->tts_values[table->attnum[c] - 1] = row->values[c];
+		slot->tts_isnull[table->attnum[c] - 1] = row->isnull[c];
+	}
+	ExecStoreVirtualTuple(slot);
+	ItemPointerSetInvalid(&slot->tts_tid);
+}
+
+/* Insert a record with the columns set in row (the others NULL) */
+void
+RecordsInsert(IdemWriter *w, IdemRow *row)
+{
+	TupleTableSlot *slot = w->row;
+	int			natts = slot->tts_tupleDescriptor->natts;
+
+	ExecClearTuple(slot);
+	memset(slot->tts_values, 0, natts * sizeof(Datum));
+	memset(slot->tts_isnull, true, natts * sizeof(bool));
+	StoreRow(w->table, slot, row);
+	ExecSimpleRelationInsert(w->rri, w->estate, slot);
+	if (!ItemPointerIsValid(&slot->tts_tid))
+		ReportSkippedWrite();
+}
+
+/*
+ * Replace the columns set in row in the version RecordsLock locked.  With
+ * report_skip false, a BEFORE trigger's skipping the update returns false
+ * instead of raising an error.
+ */
+bool
+RecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
+{
+	TupleTableSlot *slot = w->row;
+	int			natts = slot->tts_tupleDescriptor->natts;
+
+	slot_getallattrs(w->locked);
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, w->locked->tts_values, natts * sizeof(Datum));
+	memcpy(slot->tts_isnull, w->locked->tts_isnull, natts * sizeof(bool));
+	StoreRow(w->table, slot, row);
+	ExecSimpleRelationUpdate(w->rri, w->estate, &w->epqstate, w->locked, slot);
+	if (ItemPointerIsValid(&slot->tts_tid))
+		return true;
+	if (report_skip)
+		ReportSkippedWrite();
+	return false;
+}
+
+/*
+ * Delete the version RecordsLock locked.  With report_skip false, a BEFORE
+ * trigger's skipping the delete returns false instead of raising an error.
+ */
+bool
+RecordsDelete(IdemWriter *w, bool report_skip)
+{
+	TriggerDesc *trigdesc = w->rri->ri_TrigDesc;
+
+	ExecSimpleRelationDelete(w->rri, w->estate, &w->epqstate, w->locked);
+
+	/* Only a BEFORE trigger can skip it: then the row is still there */
+	if (trigdesc != NULL && trigdesc->trig_delete_before_row)
+	{
+		TupleTableSlot *check = table_slot_create(w->table->rel, NULL);
+		bool		kept;
+
+		kept = table_tuple_fetch_row_version(w->table->rel, &w->locked->tts_tid,
+											 SnapshotSelf, check);
+		ExecDropSingleTupleTableSlot(check);
+		if (kept)
+		{
+			if (report_skip)
+				ReportSkippedWrite();
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Start a row with no column set */
+void
+RowInit(IdemRow *row)
+{
+	memset(row, 0, sizeof(*row));
+}
+
+/* Set column col of a row */
+void
+RowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull)
+{
+	row->values[col] = value;
+	row->isnull[col] = isnull;
+	row->set[col] = true;
+}

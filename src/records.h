@@ -1,0 +1,127 @@
+/*-------------------------------------------------------------------------
+ *
+ * records.h
+ *	  The one owner of table idem_keys (records.c): its column layout, the
+ *	  primary-key lookup and the writes through the executor.  keys.c,
+ *	  patterns.c (through keys.c) and maintenance.c reach the table only
+ *	  through these routines.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_RECORDS_H
+#define IDEM_RECORDS_H
+
+#include "access/tableam.h"
+#include "executor/executor.h"
+#include "nodes/lockoptions.h"
+#include "utils/rel.h"
+
+#include "idempotency.h"
+
+/* The columns of idem_keys the extension reads and writes, by name and type */
+typedef enum IdemColumn
+{
+	COL_SCOPE,
+	COL_OPERATION,
+	COL_KEY,
+	COL_REQUEST_HASH,
+	COL_STATUS,
+	COL_RESPONSE_STATUS,
+	COL_RESPONSE,
+	COL_RESOURCE_ID,
+	COL_RECOVERY_POINT,
+	COL_CREATED_AT,
+	COL_UPDATED_AT,
+	COL_EXPIRES_AT,
+	COL_TTL,
+	IDEM_NUM_COLUMNS
+} IdemColumn;
+
+typedef enum IdemStatus
+{
+	STATUS_PROCESSING,
+	STATUS_COMPLETED,
+	STATUS_STUCK
+} IdemStatus;
+
+/* How a record stands to the transaction that read it */
+#define RECORD_MINE			0x01	/* written by the current transaction */
+#define RECORD_BUSY			0x02	/* another open transaction is writing it */
+
+/* A record as read from idem_keys, copied into the caller's memory context */
+typedef struct IdemRecord
+{
+	IdemStatus	status;
+	bytea	   *request_hash;	/* NULL when SQL NULL */
+	bool		has_response_status;
+	int32		response_status;
+	Jsonb	   *response;		/* NULL when SQL NULL */
+	text	   *resource_id;	/* NULL when SQL NULL */
+	text	   *recovery_point; /* NULL when SQL NULL */
+	TimestampTz created_at;
+	TimestampTz updated_at;
+	TimestampTz expires_at;
+	Interval   *ttl;			/* NULL: idempotency.default_ttl */
+	int			flags;			/* RECORD_* */
+	TransactionId writer_xid;	/* with RECORD_BUSY: the writer's xid */
+	ItemPointerData tid;		/* where this version of the row is */
+} IdemRecord;
+
+/* idem_keys, open and locked for one call, with its resolved layout */
+typedef struct IdemTable
+{
+	Relation	rel;
+	LOCKMODE	lockmode;
+	const AttrNumber *attnum;	/* attribute number of each IdemColumn */
+	Oid			pkey;			/* the primary key (scope, operation, key) */
+} IdemTable;
+
+/* The executor state of the writes of one call */
+typedef struct IdemWriter
+{
+	IdemTable  *table;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	EPQState	epqstate;
+	TupleTableSlot *locked;		/* the row version this writer locked */
+	TupleTableSlot *row;		/* the row to insert, or the new version */
+} IdemWriter;
+
+/* A row to write: values by IdemColumn; isnull, and which ones to set */
+typedef struct IdemRow
+{
+	Datum		values[IDEM_NUM_COLUMNS];
+	bool		isnull[IDEM_NUM_COLUMNS];
+	bool		set[IDEM_NUM_COLUMNS];
+} IdemRow;
+
+extern bool RecordsTryOpen(Oid nspid, LOCKMODE lockmode, IdemTable *table);
+extern void RecordsOpen(Oid nspid, LOCKMODE lockmode, IdemTable *table);
+extern void RecordsClose(IdemTable *table);
+extern void RecordsCheckReadable(IdemTable *table);
+extern bool RecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
+						 text *operation, text *key, IdemRecord *rec,
+						 Datum *row_out);
+extern void RecordsFromSlot(IdemTable *table, TupleTableSlot *slot,
+							Snapshot snapshot, IdemRecord *rec);
+extern IdemStatus RecordsStatus(text *status);
+
+extern void RecordsWriterBegin(IdemTable *table, AclMode modes,
+							   const char *function, IdemWriter *w);
+extern void RecordsWriterEnd(IdemWriter *w);
+extern TM_Result RecordsLock(IdemWriter *w, ItemPointer tid,
+							 LockTupleMode mode, LockWaitPolicy policy);
+extern void RecordsInsert(IdemWriter *w, IdemRow *row);
+extern bool RecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip);
+extern bool RecordsDelete(IdemWriter *w, bool report_skip);
+
+extern void RowInit(IdemRow *row);
+extern void RowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull);
+
+/* The value of column col in slot (which has all attributes deformed) */
+#define SlotColumn(table, slot, col) \
+	((slot)->tts_values[(table)->attnum[(col)] - 1])
+#define SlotColumnIsNull(table, slot, col) \
+	((slot)->tts_isnull[(table)->attnum[(col)] - 1])
+
+#endif							/* IDEM_RECORDS_H */

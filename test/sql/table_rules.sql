@@ -1,0 +1,216 @@
+-- idem_keys is an ordinary table to PostgreSQL: CHECK constraints and
+-- triggers its owner adds hold for every write the extension makes (reserve,
+-- renew, complete, checkpoint, release, flag, sweep), and a changed column
+-- layout is a clean ERROR 55000 from every function, never a crash.
+\pset null '(null)'
+SET idempotency.processing_timeout = '5min';
+DELETE FROM idem_keys;
+CREATE FUNCTION rules_echo(request jsonb) RETURNS jsonb LANGUAGE sql AS 'SELECT request';
+-- try() runs a statement and shows its SQLSTATE and message
+CREATE FUNCTION pg_temp.try(q text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE q;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ' ' || SQLERRM;
+END
+$$;
+
+-- A CHECK constraint the owner adds: 23514, and nothing is written
+ALTER TABLE idem_keys ADD CONSTRAINT rules_short_keys CHECK (length(key) <= 8);
+SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'much-too-long')$q$);
+SELECT count(*) AS written FROM idem_keys WHERE operation = 'rules';
+-- ... the same as a plain INSERT of that row
+SELECT pg_temp.try($q$INSERT INTO idem_keys (scope, operation, key, status, expires_at)
+VALUES ('', 'rules', 'much-too-long', 'processing', now() + interval '1 day')$q$);
+ALTER TABLE idem_keys DROP CONSTRAINT rules_short_keys;
+-- ... on completion, checkpoint and renewal too; the record stays as it was
+ALTER TABLE idem_keys ADD CONSTRAINT rules_no_teapot
+	CHECK (response_status IS DISTINCT FROM 418 AND recovery_point IS DISTINCT FROM 'teapot');
+SELECT outcome FROM idem_reserve('rules', 'k1');
+SELECT pg_temp.try($q$SELECT idem_complete('rules', 'k1', '{}', 418)$q$);
+SELECT pg_temp.try($q$SELECT idem_checkpoint('rules', 'k1', 'teapot')$q$);
+SELECT status, response_status, recovery_point FROM idem_lookup('rules', 'k1');
+ALTER TABLE idem_keys DROP CONSTRAINT rules_no_teapot;
+SELECT idem_complete('rules', 'k1', '{}', 201);
+UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE operation = 'rules';
+ALTER TABLE idem_keys ADD CONSTRAINT rules_no_renewal CHECK (ttl IS DISTINCT FROM '7 days');
+SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'k1', ttl => '7 days')$q$);
+SELECT status, response_status, ttl FROM idem_keys WHERE operation = 'rules';
+ALTER TABLE idem_keys DROP CONSTRAINT rules_no_renewal;
+-- ... and on the maintenance writes: a record the CHECK keeps from being
+-- flagged stops the flag with 23514, as an UPDATE statement would
+SELECT outcome FROM idem_reserve('rules', 'k2');
+UPDATE idem_keys SET updated_at = now() - interval '1 hour' WHERE operation = 'rules' AND key = 'k2';
+ALTER TABLE idem_keys ADD CONSTRAINT rules_never_stuck CHECK (status <> 'stuck' OR operation <> 'rules');
+SELECT pg_temp.try($q$SELECT idem_flag_stuck()$q$);
+SELECT key, status FROM idem_keys WHERE operation = 'rules' ORDER BY key;
+ALTER TABLE idem_keys DROP CONSTRAINT rules_never_stuck;
+SELECT idem_release('rules', 'k2');
+DELETE FROM idem_keys WHERE operation = 'rules';
+
+-- Row triggers the owner adds fire for every write, as for the statements
+CREATE TABLE rules_log (n serial, event text, key text, status text);
+CREATE FUNCTION rules_log_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF TG_OP = 'DELETE' THEN
+		INSERT INTO rules_log (event, key, status) VALUES (TG_WHEN || ' ' || TG_OP, OLD.key, OLD.status);
+		RETURN OLD;
+	END IF;
+	INSERT INTO rules_log (event, key, status) VALUES (TG_WHEN || ' ' || TG_OP, NEW.key, NEW.status);
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER rules_after AFTER INSERT OR UPDATE OR DELETE ON idem_keys
+	FOR EACH ROW EXECUTE FUNCTION rules_log_row();
+-- reserve, checkpoint, complete; a replay writes nothing
+SELECT outcome FROM idem_reserve('rules', 't1');
+SELECT idem_checkpoint('rules', 't1', 'step-1');
+SELECT idem_complete('rules', 't1', '{"n": 1}');
+SELECT outcome FROM idem_reserve('rules', 't1');
+-- release
+SELECT outcome FROM idem_reserve('rules', 't2');
+SELECT idem_release('rules', 't2');
+-- renewal of an expired record, then the sweep of another
+UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE key = 't1';
+SELECT outcome FROM idem_reserve('rules', 't1');
+SELECT idem_complete('rules', 't1', '{"n": 2}');
+SELECT count(*) FROM (SELECT idem_reserve('rules', 't3'), idem_complete('rules', 't3')) s;
+UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE key = 't3';
+SELECT idem_sweep();
+-- the flag; and idem_consume's one write
+SELECT outcome FROM idem_reserve('rules', 't4');
+UPDATE idem_keys SET updated_at = now() - interval '1 hour' WHERE key = 't4';
+SELECT idem_flag_stuck();
+SELECT idem_consume('rules', 'm1');
+SELECT count(*) FROM (SELECT idem_call('rules', 't5', '{}', 'rules_echo(jsonb)')) s;
+SELECT event, key, status FROM rules_log ORDER BY n;
+DROP TRIGGER rules_after ON idem_keys;
+TRUNCATE rules_log;
+
+-- A BEFORE trigger may change the row it is given, and the record keeps
+-- the change; one that skips the write (returns NULL) is an error, since the
+-- record would not say what happened
+CREATE FUNCTION rules_tag() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.key = 'skip' THEN
+		RETURN NULL;
+	END IF;
+	NEW.resource_id := coalesce(NEW.resource_id, 'tagged');
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER rules_before BEFORE INSERT OR UPDATE ON idem_keys
+	FOR EACH ROW EXECUTE FUNCTION rules_tag();
+SELECT outcome, resource_id FROM idem_reserve('rules', 'b1');
+SELECT outcome FROM idem_reserve('rules', 'skip');
+SELECT count(*) AS skipped_written FROM idem_keys WHERE key = 'skip';
+SELECT idem_complete('rules', 'b1', '{}');
+SELECT outcome, resource_id FROM idem_reserve('rules', 'b1');
+DROP TRIGGER rules_before ON idem_keys;
+DROP FUNCTION rules_tag();
+CREATE FUNCTION rules_keep() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	RETURN NULL;
+END
+$$;
+CREATE TRIGGER rules_keep BEFORE DELETE ON idem_keys
+	FOR EACH ROW EXECUTE FUNCTION rules_keep();
+SELECT outcome FROM idem_reserve('rules', 'b2');
+SELECT idem_release('rules', 'b2');
+SELECT status FROM idem_lookup('rules', 'b2');
+-- ... the sweep leaves a record kept that way and does not count it
+UPDATE idem_keys SET status = 'completed', expires_at = now() - interval '1 second' WHERE key = 'b1';
+SELECT idem_sweep();
+SELECT count(*) AS kept FROM idem_keys WHERE key = 'b1';
+DROP TRIGGER rules_keep ON idem_keys;
+DROP FUNCTION rules_keep();
+DELETE FROM idem_keys;
+
+-- Row-level security on idem_keys stays refused with its own error
+CREATE ROLE regress_idem_rules_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON idem_keys TO regress_idem_rules_app;
+GRANT EXECUTE ON FUNCTION idem_reserve(text, text, jsonb, text, interval),
+	idem_sweep(integer) TO regress_idem_rules_app;
+ALTER TABLE idem_keys ENABLE ROW LEVEL SECURITY;
+SET ROLE regress_idem_rules_app;
+SELECT outcome FROM idem_reserve('rules', 'rls');
+SELECT idem_sweep();
+RESET ROLE;
+ALTER TABLE idem_keys DISABLE ROW LEVEL SECURITY;
+REVOKE ALL ON idem_keys FROM regress_idem_rules_app;
+REVOKE ALL ON FUNCTION idem_reserve(text, text, jsonb, text, interval),
+	idem_sweep(integer) FROM regress_idem_rules_app;
+DROP ROLE regress_idem_rules_app;
+
+-- A changed column layout: every function answers a clean 55000 that
+-- names the column and the type expected, before reading anything.
+CREATE FUNCTION pg_temp.every_call() RETURNS TABLE (call text, result text)
+LANGUAGE sql AS $$
+	SELECT c, pg_temp.try('SELECT ' || c) FROM unnest(ARRAY[
+		'idem_reserve(''rules'', ''c1'', ''{"a": 1}'')',
+		'idem_complete(''rules'', ''c1'', ''{}'')',
+		'idem_checkpoint(''rules'', ''c1'', ''x'')',
+		'idem_release(''rules'', ''c1'')',
+		'idem_lookup(''rules'', ''c1'')',
+		'idem_consume(''rules'', ''m2'')',
+		'idem_call(''rules'', ''c2'', ''{}'', ''rules_echo(jsonb)'')',
+		'idem_sweep()',
+		'idem_flag_stuck()',
+		'idem_reconcile()']) c
+$$;
+-- a completed record with a response, which a misread type would crash on
+SELECT count(*) FROM (SELECT idem_reserve('rules', 'c1', '{"a": 1}'),
+						  idem_complete('rules', 'c1', '{"id": 1}', 201, 'r-1')) s;
+BEGIN;
+ALTER TABLE idem_keys ALTER COLUMN response TYPE text USING response::text;
+SELECT outcome FROM idem_reserve('rules', 'c1', '{"a": 1}');
+ROLLBACK;
+BEGIN;
+ALTER TABLE idem_keys ALTER COLUMN response TYPE text USING response::text;
+SELECT * FROM pg_temp.every_call();
+ROLLBACK;
+BEGIN;
+ALTER TABLE idem_keys ALTER COLUMN response_status TYPE text;
+SELECT * FROM pg_temp.every_call();
+SELECT idem_complete('rules', 'c1', '{}', 201);
+ROLLBACK;
+BEGIN;
+ALTER TABLE idem_keys ALTER COLUMN resource_id TYPE varchar(20);
+SELECT * FROM pg_temp.every_call();
+ROLLBACK;
+BEGIN;
+ALTER TABLE idem_keys ALTER COLUMN request_hash TYPE text USING encode(request_hash, 'hex');
+SELECT * FROM pg_temp.every_call();
+ROLLBACK;
+BEGIN;
+ALTER TABLE idem_keys DROP COLUMN response;
+SELECT * FROM pg_temp.every_call();
+SELECT idem_complete('rules', 'c1', '{}');
+ROLLBACK;
+BEGIN;
+ALTER TABLE idem_keys ADD COLUMN note text;
+SELECT * FROM pg_temp.every_call();
+ROLLBACK;
+BEGIN;
+ALTER TABLE idem_keys DROP CONSTRAINT idem_keys_pkey;
+SELECT * FROM pg_temp.every_call();
+SELECT outcome FROM idem_reserve('rules', 'c1', '{"a": 1}');
+ROLLBACK;
+-- A column dropped and added back with its type: found by name, and the
+-- records work again (the dropped values are gone, as with any table)
+BEGIN;
+ALTER TABLE idem_keys DROP COLUMN resource_id;
+ALTER TABLE idem_keys ADD COLUMN resource_id text;
+SELECT outcome, response, resource_id FROM idem_reserve('rules', 'c1', '{"a": 1}');
+SELECT outcome FROM idem_reserve('rules', 'c3');
+SELECT idem_complete('rules', 'c3', '{"id": 3}', 201, 'r-3');
+SELECT key, resource_id FROM idem_lookup('rules', 'c3');
+ROLLBACK;
+-- after the rollbacks everything works as before
+SELECT * FROM pg_temp.every_call();
+
+DROP TABLE rules_log;
+DROP FUNCTION rules_log_row();
+DROP FUNCTION rules_echo(jsonb);
+DELETE FROM idem_keys;
