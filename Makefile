@@ -19,8 +19,20 @@ DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
 DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
 INSTALL_SQL = $(sort $(wildcard sql/install/*.sql))
 
-REGRESS = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
+REGRESS_ALL = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
 REGRESS_OPTS = --load-extension=$(EXTENSION) --inputdir=test
+
+# The tests that read the statistics need a server that preloads the library
+# (shared_preload_libraries).  installcheck runs them only against such a
+# server and names them as skipped against any other, so that it passes
+# against a stock server as packagers run it.  PRELOADED=yes|no says what the
+# server does instead of asking it (test/run.sh says yes on its preloaded
+# cluster, so that a lost setting fails rather than skips).
+REGRESS_PRELOADED = maintenance patterns stats
+PRELOADED ?= $(if $(filter idempotency,$(subst $(comma), ,$(subst ",,$(shell \
+	'$(bindir)/psql' -XAtq -d postgres -c 'SHOW shared_preload_libraries' 2>/dev/null)))),yes,no)
+REGRESS = $(filter-out $(if $(filter yes,$(PRELOADED)),,$(REGRESS_PRELOADED)),$(REGRESS_ALL))
+comma := ,
 
 ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
 ISOLATION_OPTS = --load-extension=$(EXTENSION) --inputdir=test
@@ -45,4 +57,26 @@ sql/$(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_SQL) $(EXTENSION).control
 	  printf '%s\n' '\echo Use "CREATE EXTENSION $(EXTENSION)" to load this file. \quit'; \
 	  for f in $(INSTALL_SQL); do echo; echo "-- $$f"; cat $$f; done; } > $@
 
-.PHONY: installcheck-regress installcheck-isolation
+# The TAP tests (test/t/*.pl) start servers of their own, so TAP_TESTS is not
+# set: it would add them to installcheck, which Debian runs as root (where
+# initdb refuses to run) and before the package is installed.
+PROVE_TESTS = test/t/*.pl
+
+# installcheck runs both of these; test/run.sh runs them one by one
+installcheck-regress: preloaded-notice
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
+
+installcheck-isolation:
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
+
+installcheck: preloaded-notice
+
+# Name the tests this server cannot run, one line each
+preloaded-notice:
+	@$(if $(filter yes,$(PRELOADED)),:,$(foreach t,$(filter $(REGRESS_PRELOADED),$(REGRESS_ALL)),\
+	  echo "skipped $(t): the server does not preload idempotency (shared_preload_libraries)";))
+
+prove_installcheck:
+	$(prove_installcheck)
+
+.PHONY: installcheck-regress installcheck-isolation preloaded-notice prove_installcheck

@@ -46,6 +46,16 @@ idem_install_packages() {
 		--no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# Install those of the given packages that this suite's archive has, and
+# name the others (the tests that need them skip with a reason)
+idem_install_optional() {
+	local p
+	for p in "$@"; do
+		idem_install_packages "$p" 2>/dev/null ||
+			echo "== not available, the tests that need it will be skipped: $p"
+	done
+}
+
 # Build with every warning fatal and install into the server's directories
 idem_build_install() {
 	echo "== building and installing idempotency"
@@ -100,25 +110,40 @@ idem_valgrind_wrapper() {
 
 # Start the throwaway cluster; extra postgresql.conf lines come as arguments
 idem_start_cluster() {
-	local line postgres_opt=() timeout=60
 	as_test_user "$PGBIN/initdb" -D "$IDEM_WORK/data" --auth=trust \
 		--encoding=UTF8 --locale=C >"$IDEM_WORK/initdb.log" 2>&1 ||
 		{ cat "$IDEM_WORK/initdb.log"; return 1; }
-	{
-		echo "listen_addresses = ''"
-		echo "unix_socket_directories = '$IDEM_WORK/sock'"
-		echo "port = $PGPORT"
-		echo "shared_preload_libraries = 'idempotency'"
-		echo "max_connections = 100"
-		echo "log_line_prefix = '%m [%p] %b '"
-		for line in "$@"; do echo "$line"; done
-	} | as_test_user tee -a "$IDEM_WORK/data/postgresql.conf" >/dev/null
+	idem_add_conf "listen_addresses = ''" \
+		"unix_socket_directories = '$IDEM_WORK/sock'" \
+		"port = $PGPORT" \
+		"shared_preload_libraries = 'idempotency'" \
+		"max_connections = 100" \
+		"log_line_prefix = '%m [%p] %b '" \
+		"$@"
+	idem_pg_ctl start
+}
+
+# Add postgresql.conf lines (the last line setting a name wins) and restart
+idem_restart_cluster() {
+	idem_add_conf "$@"
+	idem_pg_ctl restart
+}
+
+# Append lines to the cluster's postgresql.conf
+idem_add_conf() {
+	[ $# -eq 0 ] && return 0
+	printf '%s\n' "$@" | as_test_user tee -a "$IDEM_WORK/data/postgresql.conf" >/dev/null
+}
+
+# pg_ctl start or restart, under valgrind with IDEM_VALGRIND=1
+idem_pg_ctl() {
+	local postgres_opt=() timeout=60
 	if [ "${IDEM_VALGRIND:-0}" = 1 ]; then
 		postgres_opt=(-p "$(idem_valgrind_wrapper)")
 		timeout=300
 	fi
 	as_test_user "$PGBIN/pg_ctl" -D "$IDEM_WORK/data" -l "$IDEM_WORK/server.log" \
-		"${postgres_opt[@]}" -w -t "$timeout" start >/dev/null
+		"${postgres_opt[@]}" -w -t "$timeout" "$1" >/dev/null
 }
 
 # Stop the cluster and remove the work area (the EXIT trap)

@@ -1,24 +1,47 @@
 #!/usr/bin/env bash
 # The whole test suite: `bash test/run.sh` (as root or a user with sudo).
 #
-# Installs what is missing, builds with -Werror, installs, starts a throwaway
-# cluster and runs, in order: pg_regress (test/sql/, test/expected/), the isolation
-# specs (test/specs/), the scripted checks (test/scripts/*.sh: storms,
-# cross-checks, examples) and the TAP tests (test/t/*.pl).  Prints every
-# result and ends with "N passed, N failed"; exits non-zero on any failure.
+# A thin wrapper around PGXS's own targets.  It installs what is missing
+# (apt-get), builds with -Werror, installs, and starts a throwaway cluster,
+# first WITHOUT the library preloaded, as packagers run `make installcheck`
+# (pg_buildext installcheck, PGXN testers):
+#   stock/regress     make installcheck-regress    (test/sql, test/expected;
+#                     the tests of REGRESS_PRELOADED are named as skipped)
+#   stock/isolation   make installcheck-isolation  (test/specs)
+# then restarts it with shared_preload_libraries = 'idempotency':
+#   regress           make installcheck-regress PRELOADED=yes (every test)
+#   isolation         make installcheck-isolation
+#   script/NAME       test/scripts/NAME.sh against that cluster (storms,
+#                     cross-checks, examples); exit 77 means skipped, the
+#                     script's last line saying why
+#   tap               make prove_installcheck (test/t/*.pl; each file starts
+#                     servers of its own)
 #
-# Environment: IDEM_KEEP=1 keeps the temp directory (logs, diffs);
-# IDEM_ONLY=regress|isolation|scripts|tap runs one group; IDEM_VALGRIND=1
-# runs the suite's server under valgrind's memcheck (test/valgrind.supp) and
-# fails on any error it reports: use it with IDEM_ONLY=regress or isolation
-# (the TAP tests start servers of their own, and the storms get slow).
-# IDEM_PG_CONFIG=/path/to/pg_config builds and runs against another server
-# build, such as one configured with --enable-cassert.
+# It goes by each target's exit status and reads the output only to count:
+# pg_regress and pg_isolation_regress lines of every version ("test x ... ok"
+# up to 15, "ok 1 - x  12 ms" / "not ok" from 16 on), TAP assertions ("ok N",
+# "not ok N", "# skip"), TAP files that skip as a whole ("1..0 # SKIP why").
+# A group whose target fails without a counted failure, a group that ran no
+# test, and a regress group that reported fewer tests than it has files all
+# count as failed.  Skipped tests are listed with their reason and never
+# count as passed.  The last line is "N passed, N failed, N skipped"; the
+# exit status is non-zero on any failure and when nothing passed.
+#
+# Environment:
+#   PGVER=15            the Debian PostgreSQL major version to use (15, 17, 18, 19)
+#   IDEM_PG_CONFIG=...  build and run against another server build (e.g. one
+#                       configured with --enable-cassert) instead of PGVER's
+#   IDEM_ONLY=regress|isolation|scripts|tap   run one group (regress and
+#                       isolation run on the stock and the preloaded cluster)
+#   IDEM_KEEP=1         keep the temp directory (logs, diffs, results)
+#   IDEM_VALGRIND=1     run the suite's server under valgrind's memcheck
+#                       (test/valgrind.supp) and fail on any error it reports;
+#                       use it with IDEM_ONLY=regress or isolation (the TAP
+#                       tests start servers of their own, and the storms get slow)
 
 source "$(dirname "$0")/lib.sh"
 
-IDEM_PACKAGES+=(libipc-run-perl nodejs curl python3 python3-psycopg python3-psycopg-pool
-	"postgresql-$PGVER-cron")
+IDEM_PACKAGES+=(libipc-run-perl nodejs curl python3 python3-psycopg python3-psycopg-pool git)
 # The HTTP clients (test/scripts/client_*.sh); npm comes with some nodejs builds
 IDEM_PACKAGES+=(golang-go golang-github-jackc-pgx-v4-dev default-jdk-headless
 	libpostgresql-jdbc-java socat)
@@ -27,101 +50,89 @@ command -v npm >/dev/null || IDEM_PACKAGES+=(npm)
 # The worker stays paused on the suite's cluster: the SQL tests create expired
 # and overdue records on purpose and look at them.  The worker's own tests
 # (test/t/02*) start clusters of their own with it running.
-idem_setup "idempotency.enabled = off"
+idem_setup "idempotency.enabled = off" "shared_preload_libraries = ''"
+# Not every suite has every package (no postgresql-19-cron in experimental)
+idem_install_optional "postgresql-$PGVER-cron"
 
-PASSED=0
-FAILED=0
-FAILED_NAMES=()
+source "$(dirname "$0")/count.sh"
 
-# Record a result line
-result() {
-	local name=$1 ok=$2
-	if [ "$ok" = 0 ]; then
-		PASSED=$((PASSED + 1))
-	else
-		FAILED=$((FAILED + 1))
-		FAILED_NAMES+=("$name")
-	fi
+# make TARGET in the work copy as the test user; output to the terminal and LOG
+run_make() {
+	local log=$1
+	shift
+	set +e
+	as_test_user make -C "$IDEM_SRC" --no-print-directory PG_CONFIG="$PG_CONFIG" "$@" \
+		2>&1 | tee "$log"
+	local rc=${PIPESTATUS[0]}
+	set -e
+	return "$rc"
 }
 
-# Count the "... ok" and "... FAILED" lines a pg_regress run printed
-count_regress() {
-	local log=$1 group=$2 line name
-	while IFS= read -r line; do
-		name=$(sed -E 's/^[[:space:]]*(test[[:space:]]+)?([^ ]+).*/\2/' <<<"$line")
-		case "$line" in
-			*"... ok"*) result "$group/$name" 0 ;;
-			*) result "$group/$name" 1 ;;
-		esac
-	done < <(grep -E '\.\.\. (ok|FAILED|failed)' "$log")
-}
-
-# Run pg_regress or pg_isolation_regress over globbed tests
+# One PGXS installcheck target over the running cluster
 run_regress() {
-	local group=$1 driver=$2 inputdir=$3 pattern=$4 tests=()
-	local f
-	for f in $inputdir/$pattern; do
-		case "$f" in */idempotency--*) continue ;; esac
-		[ -e "$f" ] && tests+=("$(basename "${f%.*}")")
-	done
-	[ ${#tests[@]} -eq 0 ] && return 0
-	echo "== $group: ${#tests[@]} tests"
-	local out=$IDEM_WORK/out-$group
-	as_test_user mkdir -p "$out"
-	as_test_user "$driver" --bindir="$PGBIN" --inputdir="$inputdir" \
-		--outputdir="$out" --load-extension=idempotency --dbname="idem_$group" \
-		"${tests[@]}" 2>&1 | tee "$IDEM_WORK/$group.log" || true
-	count_regress "$IDEM_WORK/$group.log" "$group"
-	if ! grep -qE '\.\.\. (ok|FAILED|failed)' "$IDEM_WORK/$group.log"; then
-		result "$group (did not run)" 1
+	local group=$1 target=$2 files=$3 diffs=$4 rc=0
+	shift 4
+	echo "== $group: make $target $*"
+	local log=$IDEM_WORK/${group//\//-}.log
+	run_make "$log" "$target" "$@" || rc=$?
+	count_regress "$group" "$log" "$rc" "$files"
+	if [ -s "$IDEM_SRC/$diffs" ]; then
+		echo "== $group: $diffs"
+		cat "$IDEM_SRC/$diffs"
+		as_test_user cp "$IDEM_SRC/$diffs" "$IDEM_WORK/${group//\//-}.diffs"
+		as_test_user rm -f "$IDEM_SRC/$diffs"
 	fi
-	if [ -s "$out/regression.diffs" ]; then
-		echo "== $group: regression.diffs"
-		cat "$out/regression.diffs"
+}
+
+# Both installcheck groups against the cluster as it runs now
+run_installcheck() {
+	local prefix=$1 n_sql n_spec
+	shift
+	n_sql=$(find "$IDEM_SRC/test/sql" -maxdepth 1 -name '*.sql' | wc -l)
+	n_spec=$(find "$IDEM_SRC/test/specs" -maxdepth 1 -name '*.spec' | wc -l)
+	if [ "$only" = all ] || [ "$only" = regress ]; then
+		run_regress "${prefix}regress" installcheck-regress "$n_sql" regression.diffs "$@"
+	fi
+	if [ "$only" = all ] || [ "$only" = isolation ]; then
+		run_regress "${prefix}isolation" installcheck-isolation "$n_spec" \
+			output_iso/regression.diffs "$@"
 	fi
 }
 
 # Run each test/scripts/*.sh against the running cluster
 run_scripts() {
-	local f name rc
+	local f name rc log
 	for f in "$IDEM_SRC"/test/scripts/*.sh; do
 		[ -e "$f" ] || continue
 		name=$(basename "$f" .sh)
+		log=$IDEM_WORK/script-$name.log
 		echo "== script $name"
 		set +e
-		(cd "$IDEM_SRC" && as_test_user bash "$f") 2>&1 | sed 's/^/   /'
-		rc=${PIPESTATUS[0]}
+		(cd "$IDEM_SRC" && as_test_user bash "$f") >"$log" 2>&1
+		rc=$?
 		set -e
-		if [ "$rc" = 0 ]; then echo "script $name ... ok"; else echo "script $name ... FAILED (exit $rc)"; fi
-		result "script/$name" "$rc"
+		sed 's/^/   /' "$log" || true
+		case "$rc" in
+			0) echo "script $name ... ok" ;;
+			77) echo "script $name ... skipped" ;;
+			*) echo "script $name ... FAILED (exit $rc)" ;;
+		esac
+		if [ "$rc" = 77 ]; then
+			result "script/$name" skip "$(tail -n 1 "$log")"
+		else
+			result "script/$name" "$rc"
+		fi
 	done
 }
 
-# Run the TAP tests with prove; every assertion counts, a file that dies counts once more
+# make prove_installcheck, all of test/t/*.pl in one prove run
 run_tap() {
-	local f name log rc n_ok n_fail
-	for f in "$IDEM_SRC"/test/t/*.pl; do
-		[ -e "$f" ] || continue
-		name=$(basename "$f" .pl)
-		log=$IDEM_WORK/tap-$name.log
-		echo "== tap $name"
-		as_test_user mkdir -p "$IDEM_WORK/tap-$name"
-		set +e
-		(cd "$IDEM_SRC/test" && as_test_user env TESTDIR="$IDEM_WORK/tap-$name" \
-			PERL5LIB="$PGXS_TEST/perl" PG_REGRESS="$PGXS_TEST/regress/pg_regress" \
-			prove -v "t/$name.pl") >"$log" 2>&1
-		rc=$?
-		set -e
-		sed 's/^/   /' "$log"
-		n_ok=$(grep -cE '^ok [0-9]+' "$log" || true)
-		n_fail=$(grep -cE '^not ok [0-9]+' "$log" || true)
-		PASSED=$((PASSED + n_ok))
-		FAILED=$((FAILED + n_fail))
-		[ "$n_fail" -gt 0 ] && FAILED_NAMES+=("tap/$name")
-		if [ "$rc" != 0 ] && [ "$n_fail" = 0 ]; then
-			result "tap/$name (exit $rc)" 1
-		fi
-	done
+	local log=$IDEM_WORK/tap.log rc=0 files
+	files=$(find "$IDEM_SRC/test/t" -maxdepth 1 -name '*.pl' | wc -l)
+	echo "== tap: make prove_installcheck"
+	run_make "$log" prove_installcheck PROVE_FLAGS=-v >/dev/null || rc=$?
+	sed 's/^/   /' "$log" || true
+	count_tap tap "$log" "$rc" "$files"
 }
 
 # Under IDEM_VALGRIND=1: every error memcheck reported in a server process
@@ -143,12 +154,21 @@ check_valgrind() {
 }
 
 only=${IDEM_ONLY:-all}
-if [ "$only" = all ] || [ "$only" = regress ]; then
-	run_regress regress "$PGXS_TEST/regress/pg_regress" "$IDEM_SRC/test" 'sql/*.sql'
+case "$only" in
+	all | regress | isolation | scripts | tap) ;;
+	*)
+		echo "IDEM_ONLY must be regress, isolation, scripts or tap, not \"$only\"" >&2
+		exit 2
+		;;
+esac
+
+# As packagers run it: the library is not preloaded, make asks the server
+run_installcheck stock/
+if [ "$only" != tap ]; then
+	idem_restart_cluster "shared_preload_libraries = 'idempotency'"
 fi
-if [ "$only" = all ] || [ "$only" = isolation ]; then
-	run_regress isolation "$PGXS_TEST/isolation/pg_isolation_regress" "$IDEM_SRC/test" 'specs/*.spec'
-fi
+# Preloaded: every test runs, and a server that lost the setting fails them
+run_installcheck "" PRELOADED=yes
 if [ "$only" = all ] || [ "$only" = scripts ]; then
 	run_scripts
 fi
@@ -160,9 +180,4 @@ if [ "${IDEM_VALGRIND:-0}" = 1 ]; then
 	check_valgrind
 fi
 
-if [ ${#FAILED_NAMES[@]} -gt 0 ]; then
-	echo "failed: ${FAILED_NAMES[*]}"
-	IDEM_KEEP=${IDEM_KEEP:-0}
-fi
-echo "$PASSED passed, $FAILED failed"
-[ "$FAILED" = 0 ] && [ "$PASSED" -gt 0 ]
+print_counts

@@ -9,6 +9,12 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+# Not every suite packages pg_cron for every version (none for 19 yet)
+my $sharedir = `pg_config --sharedir`;
+chomp $sharedir;
+plan skip_all => "pg_cron is not installed (no postgresql-NN-cron for this version)"
+  unless -e "$sharedir/extension/pg_cron.control";
+
 my $node = PostgreSQL::Test::Cluster->new('cron');
 $node->init;
 $node->append_conf(
