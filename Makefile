@@ -37,7 +37,7 @@ comma := ,
 ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
 ISOLATION_OPTS = --load-extension=$(EXTENSION) --inputdir=test
 
-EXTRA_CLEAN = results output_iso regression.* tmp_check test/results
+EXTRA_CLEAN = results output_iso regression.* tmp_check test/results $(DIST).zip
 
 PG_CONFIG ?= pg_config
 # The library knows its own version, to tell an older catalog from an altered one
@@ -79,4 +79,10 @@ preloaded-notice:
 prove_installcheck:
 	$(prove_installcheck)
 
-.PHONY: installcheck-regress installcheck-isolation preloaded-notice prove_installcheck
+# The PGXN distribution: NAME-VERSION.zip of the committed tree, under a
+# top directory NAME-VERSION/ (make builds the install script from it)
+DIST = $(EXTENSION)-$(EXTVERSION)
+dist:
+	git archive --format=zip --prefix=$(DIST)/ --output=$(DIST).zip HEAD
+
+.PHONY: installcheck-regress installcheck-isolation preloaded-notice prove_installcheck dist
