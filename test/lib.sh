@@ -83,7 +83,7 @@ as_test_user() {
 
 # Make a temp work area holding a copy of the tree the test user can write to
 idem_make_work() {
-	IDEM_WORK=$(mktemp -d /tmp/idempotency.XXXXXX)
+	IDEM_WORK=$(mktemp -d "${TMPDIR:-/tmp}/idempotency.XXXXXX")
 	chmod 755 "$IDEM_WORK"
 	IDEM_SRC=$IDEM_WORK/src
 	rsync -a --exclude .git --exclude '*.o' --exclude '*.so' "$IDEM_ROOT/" "$IDEM_SRC/"
