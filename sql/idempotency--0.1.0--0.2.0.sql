@@ -60,6 +60,7 @@ REVOKE ALL ON FUNCTION @extschema@.idem_worker_status() FROM PUBLIC;
 REVOKE ALL ON @extschema@.idem_worker_status FROM PUBLIC;
 GRANT SELECT ON @extschema@.idem_worker_status TO pg_read_all_stats;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_worker_status() TO pg_read_all_stats;
+
 -- idem_keys.ttl: the ttl given at reservation, from which idem_complete now
 -- computes expires_at (completion time + ttl).  A 0.1.0 record that is still
 -- processing or stuck gets the ttl it was reserved with (expires_at -
@@ -67,3 +68,53 @@ GRANT EXECUTE ON FUNCTION @extschema@.idem_worker_status() TO pg_read_all_stats;
 ALTER TABLE @extschema@.idem_keys ADD COLUMN ttl interval;
 UPDATE @extschema@.idem_keys SET ttl = expires_at OPERATOR(pg_catalog.-) created_at
 WHERE status OPERATOR(pg_catalog.<>) 'completed'::pg_catalog.text;
+
+-- idem_reconcilers: the registrar is recorded, and a trigger replaces the
+-- CHECK that called pg_has_role() (a CHECK must not depend on who runs
+-- it).  A 0.1.0 row was written by a member of run_as, and was run as
+-- run_as: its registrar is run_as, so it keeps running as before.  Its
+-- handler stays the text signature it was; one that no longer names a
+-- function is kept, reported here, and skipped with a WARNING at each
+-- maintenance pass until it is registered again or removed.
+ALTER TABLE @extschema@.idem_reconcilers
+	DROP CONSTRAINT idem_reconcilers_run_as_check;
+ALTER TABLE @extschema@.idem_reconcilers ADD COLUMN registered_by regrole;
+UPDATE @extschema@.idem_reconcilers SET registered_by = run_as;
+ALTER TABLE @extschema@.idem_reconcilers ALTER COLUMN registered_by SET NOT NULL;
+
+COMMENT ON TABLE @extschema@.idem_reconcilers IS
+	'reconciler of each operation (see idem_set_reconciler): handler is the function''s signature, run_as the role it runs as, registered_by the role that wrote the row';
+
+DO $$
+DECLARE
+	r record;
+	found boolean;
+BEGIN
+	FOR r IN SELECT operation, handler FROM @extschema@.idem_reconcilers ORDER BY operation
+	LOOP
+		BEGIN
+			found := pg_catalog.to_regprocedure(r.handler) IS NOT NULL;
+		EXCEPTION WHEN OTHERS THEN
+			found := false;
+		END;
+		IF NOT found THEN
+			RAISE WARNING 'reconciler % of operation "%" names no existing function', r.handler, r.operation
+				USING DETAIL = 'The registration is kept, and skipped with a WARNING at every maintenance pass while no function has that signature.',
+					  HINT = 'Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.';
+		END IF;
+	END LOOP;
+END
+$$;
+
+CREATE FUNCTION @extschema@.idem_reconcilers_check()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_reconcilers_check'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.idem_reconcilers_check() FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_reconcilers_check() IS
+	'trigger of idem_reconcilers: checks the handler and that the writer may act as run_as, and records the writer as registered_by';
+
+CREATE TRIGGER idem_reconcilers_check
+	BEFORE INSERT OR UPDATE ON @extschema@.idem_reconcilers
+	FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_reconcilers_check();

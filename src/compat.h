@@ -41,6 +41,16 @@
 #endif
 
 /*
+ * PostgreSQL 16 made SET ROLE a separate option of a membership; before,
+ * every member could SET ROLE.
+ */
+#if PG_VERSION_NUM >= 160000
+#define IdemMemberCanSetRole(member, role)	member_can_set_role((member), (role))
+#else
+#define IdemMemberCanSetRole(member, role)	is_member_of_role((member), (role))
+#endif
+
+/*
  * A shared hash table of a fixed number of entries: PostgreSQL 19 takes that
  * number once, where older versions took an initial and a maximum size.
  */

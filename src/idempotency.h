@@ -18,6 +18,8 @@
  *	  maintenance.c	expiry, stuck detection and reconciliation, shared
  *					by the worker and the SQL maintenance functions
  *	  patterns.c	idem_call and idem_consume
+ *	  handlers.c	verification of the functions called for users:
+ *					idem_call's handlers and the reconcilers
  *
  *-------------------------------------------------------------------------
  */
@@ -154,6 +156,29 @@ typedef bool (*IdemStopCallback) (int64 batch_us);
 
 extern void IdemMaintainDatabase(IdemTxnMode mode, Oid nspid,
 								 IdemStopCallback stop, IdemPassCounts *counts);
+
+/*
+ * handlers.c: what is wrong with a function the extension is to call for a
+ * user, checked right before every call
+ */
+typedef enum IdemHandlerFault
+{
+	IDEM_HANDLER_OK,
+	IDEM_HANDLER_MISSING,		/* no function has that OID (0, dropped) */
+	IDEM_HANDLER_NOT_FUNCTION,	/* a procedure, aggregate or window function */
+	IDEM_HANDLER_ARGUMENTS,		/* not exactly one argument of the type */
+	IDEM_HANDLER_RETURNS_SET,
+	IDEM_HANDLER_RESULT,		/* returns another type than required */
+	IDEM_HANDLER_NOT_EXECUTABLE /* the role it runs as lacks EXECUTE */
+} IdemHandlerFault;
+
+extern IdemHandlerFault IdemCheckHandler(Oid handler, Oid argtype,
+										 Oid rettype, Oid roleid, bool *strict);
+extern int	IdemHandlerFaultCode(IdemHandlerFault fault);
+extern int	errdetail_idem_handler(IdemHandlerFault fault, Oid handler,
+								   Oid argtype, Oid rettype, Oid roleid);
+extern Oid	IdemFunctionOwner(Oid handler);
+extern bool IdemCanActAs(Oid member, Oid role);
 
 /* canonical.c */
 extern bytea *IdemHashJsonb(Jsonb *jb);

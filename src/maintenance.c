@@ -63,6 +63,7 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
@@ -94,6 +95,7 @@ PG_FUNCTION_INFO_V1(idem_flag_stuck);
 PG_FUNCTION_INFO_V1(idem_reconcile);
 PG_FUNCTION_INFO_V1(idem_maintain);
 PG_FUNCTION_INFO_V1(idem_set_reconciler);
+PG_FUNCTION_INFO_V1(idem_reconcilers_check);
 
 #define IDEM_EXTENSION_NAME		"idempotency"
 #define IDEM_STUCK_CHANNEL		"idem_stuck"
@@ -139,8 +141,10 @@ typedef struct StuckRecord
 	text	   *scope;
 	text	   *operation;
 	text	   *key;
-	char	   *handler;		/* regprocedure text, schema-qualified */
+	char	   *handler;		/* signature, schema-qualified */
 	Oid			run_as;
+	Oid			registered_by;
+	bool		skip;			/* its reconciler was skipped in this pass */
 } StuckRecord;
 
 /* How one pass is run */
@@ -160,10 +164,14 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 	[MPLAN_ANY_RECONCILER] =
 	"SELECT 1 FROM %1$s.idem_reconcilers LIMIT 1",
 	[MPLAN_STUCK_LIST] =
-	"SELECT k.scope, k.operation, k.key, r.handler, r.run_as"
+	"SELECT k.scope::pg_catalog.text, k.operation::pg_catalog.text,"
+	" k.key::pg_catalog.text, r.handler::pg_catalog.text,"
+	" r.run_as::pg_catalog.oid, r.registered_by::pg_catalog.oid"
 	" FROM %1$s.idem_keys k JOIN %1$s.idem_reconcilers r"
 	" ON r.operation OPERATOR(pg_catalog.=) k.operation"
 	" WHERE k.status OPERATOR(pg_catalog.=) 'stuck'::pg_catalog.text"
+	" AND k.scope IS NOT NULL AND k.key IS NOT NULL AND r.handler IS NOT NULL"
+	" AND r.run_as IS NOT NULL AND r.registered_by IS NOT NULL"
 	" ORDER BY k.updated_at, k.scope, k.operation, k.key LIMIT $1",
 	[MPLAN_STUCK_ROW] =
 	"SELECT k FROM %1$s.idem_keys k"
@@ -616,6 +624,10 @@ ListStuck(int limit, MemoryContext cxt)
 		rec->run_as = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
 													 SPI_tuptable->tupdesc,
 													 5, &isnull));
+		rec->registered_by = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+															SPI_tuptable->tupdesc,
+															6, &isnull));
+		rec->skip = false;
 		result = lappend(result, rec);
 		MemoryContextSwitchTo(oldcxt);
 	}
@@ -667,7 +679,10 @@ FetchStuckRow(StuckRecord *rec)
 	return row;
 }
 
-/* OID of a stored reconciler signature; an ERROR when it no longer resolves */
+/*
+ * OID of a stored reconciler signature, InvalidOid when no function has it
+ * (dropped since it was registered).  Resolved under the pinned search_path.
+ */
 static Oid
 ResolveHandler(StuckRecord *rec)
 {
@@ -679,82 +694,213 @@ ResolveHandler(StuckRecord *rec)
 	fcinfo->args[0].isnull = false;
 	result = to_regprocedure(fcinfo);
 	if (fcinfo->isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("function %s does not exist", rec->handler),
-				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
+		return InvalidOid;
 	return DatumGetObjectId(result);
 }
 
 /*
- * Call the reconciler of a stuck record as the role that registered it,
- * in a security-restricted context whose setting changes are undone.
+ * Pin search_path for code run as another role, the way PostgreSQL 17 runs
+ * maintenance commands, with the extension's schema after pg_catalog; the
+ * caller has opened a GUC nest level that undoes it.  Nothing the session,
+ * a role or the database set can then make a reconciler's unqualified name
+ * resolve to an object planted by someone else.
  */
 static void
+PinSearchPath(Oid nspid)
+{
+	char	   *path;
+
+	path = psprintf("pg_catalog, %s, pg_temp",
+					quote_identifier(get_namespace_name(nspid)));
+	(void) set_config_option("search_path", path, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	pfree(path);
+}
+
+/*
+ * May the reconciler of rec, resolved to handler, be called now?  Checked
+ * at every call, not only when the row was written, because the row may
+ * have been written by hand and rights change: the function must be a
+ * plain function(idem_keys) that run_as may execute; the role that wrote
+ * the row, and the function's owner (who can replace its body), must still
+ * be able to act as run_as; and so must a session with temporary objects
+ * (pg_temp is still searched for relations and types), or its objects
+ * could run with run_as's rights.  When not, a WARNING names the operation
+ * and the handler.
+ */
+static bool
+ReconcilerRunnable(StuckRecord *rec, Oid handler, Oid rowtype)
+{
+	const char *op = text_to_cstring(rec->operation);
+	IdemHandlerFault fault;
+	char	   *run_as;
+	char	   *registrar;
+	Oid			owner;
+	Oid			tempns;
+	Oid			temptoastns;
+
+	run_as = GetUserNameFromId(rec->run_as, true);
+	if (run_as == NULL)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("reconciler %s of operation \"%s\" was skipped",
+						rec->handler, op),
+				 errdetail("The role it runs as, with OID %u, no longer exists.",
+						   rec->run_as),
+				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
+		return false;
+	}
+	registrar = GetUserNameFromId(rec->registered_by, true);
+	if (registrar == NULL)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("reconciler %s of operation \"%s\" was skipped",
+						rec->handler, op),
+				 errdetail("The role that registered it, with OID %u, no longer exists.",
+						   rec->registered_by),
+				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
+		return false;
+	}
+	if (!IdemCanActAs(rec->registered_by, rec->run_as))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("reconciler %s of operation \"%s\" was skipped",
+						rec->handler, op),
+				 errdetail("Role \"%s\", which registered it, may no longer act as role \"%s\", which it runs as.",
+						   registrar, run_as),
+				 errhint("Register the reconciler again with idem_set_reconciler as a role that may, or remove it by passing NULL.")));
+		return false;
+	}
+
+	if (!OidIsValid(handler))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("reconciler %s of operation \"%s\" was skipped",
+						rec->handler, op),
+				 errdetail("No function has that signature: it was dropped or renamed since it was registered."),
+				 errhint("Create the function again, register another reconciler with idem_set_reconciler, or remove it by passing NULL.")));
+		return false;
+	}
+	fault = IdemCheckHandler(handler, rowtype, InvalidOid, rec->run_as, NULL);
+	if (fault != IDEM_HANDLER_OK)
+	{
+		ereport(WARNING,
+				(errcode(IdemHandlerFaultCode(fault)),
+				 errmsg("reconciler %s of operation \"%s\" was skipped",
+						rec->handler, op),
+				 errdetail_idem_handler(fault, handler, rowtype, InvalidOid,
+										rec->run_as),
+				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
+		return false;
+	}
+
+	/* Whoever owns the function can change what it does */
+	owner = IdemFunctionOwner(handler);
+	if (!IdemCanActAs(owner, rec->run_as))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("reconciler %s of operation \"%s\" was skipped",
+						rec->handler, op),
+				 errdetail("Role \"%s\", which owns the function and can change its body, may not act as role \"%s\", which it runs as.",
+						   GetUserNameFromId(owner, false), run_as),
+				 errhint("Register a function owned by a role that may act as role \"%s\", or remove the reconciler by passing NULL.",
+						 run_as)));
+		return false;
+	}
+
+	GetTempNamespaceState(&tempns, &temptoastns);
+	if (OidIsValid(tempns) && !IdemCanActAs(GetUserId(), rec->run_as))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("reconciler %s of operation \"%s\" was skipped",
+						rec->handler, op),
+				 errdetail("This session has temporary objects, and its role \"%s\" may not act as role \"%s\", which the reconciler runs as.",
+						   GetUserNameFromId(GetUserId(), false), run_as),
+				 errhint("Run the reconcilers from a session that created no temporary tables, or let the background worker run them.")));
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Call the reconciler of a stuck record as the role that registered it,
+ * in a security-restricted context, with search_path pinned and setting
+ * changes undone; false, after a WARNING, when it may not be called.
+ */
+static bool
 CallReconciler(StuckRecord *rec, Datum row)
 {
-	Oid			handler = ResolveHandler(rec);
+	Oid			rowtype = get_rel_type_id(maint_catalog.keys_relid);
+	Oid			handler;
 	Oid			save_userid;
 	int			save_sec_context;
 	int			save_nestlevel;
-	AclResult	aclresult;
 	FmgrInfo	flinfo;
 	LOCAL_FCINFO(fcinfo, 1);
 
-	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rec->run_as)))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("role with OID %u that registered the reconciler does not exist",
-						rec->run_as),
-				 errhint("Register the reconciler again with idem_set_reconciler.")));
-	aclresult = IdemFunctionAclCheck(handler, rec->run_as, ACL_EXECUTE);
-	if (aclresult != ACLCHECK_OK)
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("role \"%s\" that registered the reconciler may not execute function %s",
-						GetUserNameFromId(rec->run_as, false), rec->handler)));
-
 	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	save_nestlevel = NewGUCNestLevel();
+	PinSearchPath(maint_catalog.nspid);
+
+	handler = ResolveHandler(rec);
+	if (!ReconcilerRunnable(rec, handler, rowtype))
+	{
+		AtEOXact_GUC(false, save_nestlevel);
+		return false;
+	}
+
 	SetUserIdAndSecContext(rec->run_as,
 						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
-	save_nestlevel = NewGUCNestLevel();
-
 	fmgr_info(handler, &flinfo);
 	InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, NULL, NULL);
 	fcinfo->args[0].value = row;
 	fcinfo->args[0].isnull = false;
 	(void) FunctionCallInvoke(fcinfo);
 
-	AtEOXact_GUC(false, save_nestlevel);
 	SetUserIdAndSecContext(save_userid, save_sec_context);
+	AtEOXact_GUC(false, save_nestlevel);
+	return true;
 }
+
+/* What became of one stuck record (ReconcileOne) */
+typedef enum ReconcileResult
+{
+	RECONCILE_DONE,				/* the reconciler returned */
+	RECONCILE_FAILED,			/* it raised: a WARNING naming the key */
+	RECONCILE_SKIPPED,			/* it may not be called: a WARNING */
+	RECONCILE_GONE				/* no longer stuck, or being written */
+} ReconcileResult;
 
 /*
  * Reconcile one stuck record in a subtransaction, with the record locked
  * (FetchStuckRow): while the reconciler runs, the application cannot settle
  * it behind its back (its idem_complete waits, then finds it settled).
- * Returns 1 when the reconciler returned, -1 when it raised (reported as a
- * WARNING naming the key), 0 when the record is no longer stuck or another
- * transaction is writing it.
  */
-static int
+static ReconcileResult
 ReconcileOne(StuckRecord *rec)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 	Datum		row;
-	volatile int result = 1;
+	volatile ReconcileResult result = RECONCILE_DONE;
 
 	row = FetchStuckRow(rec);
 	if (row == (Datum) 0)
-		return 0;
+		return RECONCILE_GONE;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		CallReconciler(rec, row);
+		if (!CallReconciler(rec, row))
+			result = RECONCILE_SKIPPED;
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -780,10 +926,31 @@ ReconcileOne(StuckRecord *rec)
 				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
 				 edata->context ? errcontext_msg("%s", edata->context) : 0));
 		FreeErrorData(edata);
-		result = -1;
+		result = RECONCILE_FAILED;
 	}
 	PG_END_TRY();
 	return result;
+}
+
+/*
+ * After the reconciler of rec was skipped, skip the rest of this pass's
+ * records of its operation without a WARNING each: the next pass looks
+ * again.
+ */
+static void
+SkipOperation(List *stuck, StuckRecord *rec)
+{
+	ListCell   *lc;
+
+	foreach(lc, stuck)
+	{
+		StuckRecord *other = (StuckRecord *) lfirst(lc);
+
+		if (VARSIZE_ANY_EXHDR(other->operation) == VARSIZE_ANY_EXHDR(rec->operation) &&
+			memcmp(VARDATA_ANY(other->operation), VARDATA_ANY(rec->operation),
+				   VARSIZE_ANY_EXHDR(rec->operation)) == 0)
+			other->skip = true;
+	}
 }
 
 /* Start a unit of work: its own transaction in worker and procedure mode */
@@ -945,8 +1112,10 @@ ReconcilePhase(PassState *ps)
 	foreach(lc, stuck)
 	{
 		StuckRecord *rec = (StuckRecord *) lfirst(lc);
-		int			r;
+		ReconcileResult r;
 
+		if (rec->skip)
+			continue;
 		if (StopRequested(ps, 0))
 			return false;
 		UnitBegin(ps, "idempotency: calling a reconciler");
@@ -954,10 +1123,12 @@ ReconcilePhase(PassState *ps)
 			return false;
 		r = ReconcileOne(rec);
 		UnitEnd(ps);
-		if (r > 0)
+		if (r == RECONCILE_DONE)
 			ps->counts->reconciled++;
-		else if (r < 0)
+		else if (r == RECONCILE_FAILED)
 			ps->counts->failed++;
+		else if (r == RECONCILE_SKIPPED)
+			SkipOperation(stuck, rec);
 	}
 	return true;
 }
@@ -1089,45 +1260,49 @@ idem_maintain(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-/* Check that a function can be a reconciler: f(idem_keys), not a set */
+/*
+ * Raise an ERROR unless handler can be a reconciler that runs as run_as:
+ * a plain function(idem_keys), not returning a set, that run_as may
+ * execute, owned by a role that may act as run_as.
+ */
 static void
-CheckReconcilerSignature(Oid handler, Oid rowtype)
+CheckReconciler(Oid handler, Oid rowtype, Oid run_as)
 {
-	HeapTuple	tuple;
-	Form_pg_proc proc;
+	IdemHandlerFault fault;
 
-	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(handler));
-	if (!HeapTupleIsValid(tuple))
+	fault = IdemCheckHandler(handler, rowtype, InvalidOid, run_as, NULL);
+	if (fault == IDEM_HANDLER_OK)
+	{
+		Oid			owner = IdemFunctionOwner(handler);
+
+		if (!IdemCanActAs(owner, run_as))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("function %s cannot be a reconciler that runs as role \"%s\"",
+							format_procedure(handler), GetUserNameFromId(run_as, false)),
+					 errdetail("Role \"%s\", which owns the function and can change its body, may not act as role \"%s\".",
+							   GetUserNameFromId(owner, false),
+							   GetUserNameFromId(run_as, false))));
+		return;
+	}
+	if (fault == IDEM_HANDLER_MISSING)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_FUNCTION),
 				 errmsg("function with OID %u does not exist", handler)));
-	proc = (Form_pg_proc) GETSTRUCT(tuple);
-
-	if (proc->prokind != PROKIND_FUNCTION)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"handler\" must be a plain function"),
-				 errdetail("%s is a procedure, an aggregate or a window function.",
-						   format_procedure(handler))));
-	if (proc->pronargs != 1 || proc->proargtypes.values[0] != rowtype)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"handler\" must take exactly one argument of type %s",
-						format_type_be(rowtype)),
-				 errdetail("Function %s takes other arguments.",
-						   format_procedure(handler)),
-				 errhint("A reconciler receives the stuck record and settles it with idem_complete or idem_release.")));
-	if (proc->proretset)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"handler\" must not return a set"),
-				 errdetail("Function %s returns a set.", format_procedure(handler))));
-	ReleaseSysCache(tuple);
+	if (fault == IDEM_HANDLER_NOT_EXECUTABLE && run_as == GetUserId())
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, get_func_name(handler));
+	ereport(ERROR,
+			(errcode(IdemHandlerFaultCode(fault)),
+			 errmsg("function %s cannot be a reconciler", format_procedure(handler)),
+			 errdetail_idem_handler(fault, handler, rowtype, InvalidOid, run_as),
+			 errhint("A reconciler is a function of one argument of type %s that settles the stuck record with idem_complete or idem_release.",
+					 format_type_be(rowtype))));
 }
 
 /*
  * idem_set_reconciler(operation, handler) → void: register the reconciler
  * of an operation (it runs as the current role), or remove it with NULL.
+ * The row goes through idem_reconcilers' trigger like any other write.
  */
 Datum
 idem_set_reconciler(PG_FUNCTION_ARGS)
@@ -1141,24 +1316,17 @@ idem_set_reconciler(PG_FUNCTION_ARGS)
 
 	IdemCheckOperation(operation);
 	values[0] = PointerGetDatum(operation);
+	(void) OpenCatalog(nspid);
 
 	if (!PG_ARGISNULL(1))
 	{
 		Oid			handler = PG_GETARG_OID(1);
-		AclResult	aclresult;
 
-		(void) OpenCatalog(nspid);
-		CheckReconcilerSignature(handler,
-								 get_rel_type_id(maint_catalog.keys_relid));
-		aclresult = IdemFunctionAclCheck(handler, GetUserId(), ACL_EXECUTE);
-		if (aclresult != ACLCHECK_OK)
-			aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(handler));
-
+		CheckReconciler(handler, get_rel_type_id(maint_catalog.keys_relid),
+						GetUserId());
 		values[1] = CStringGetTextDatum(format_procedure_qualified(handler));
 		values[2] = ObjectIdGetDatum(GetUserId());
 	}
-	else
-		(void) OpenCatalog(nspid);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -1166,4 +1334,104 @@ idem_set_reconciler(PG_FUNCTION_ARGS)
 			values, nulls);
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/* Attribute number of a column of idem_reconcilers, checked to be of type */
+static AttrNumber
+ReconcilersColumn(Relation rel, const char *name, Oid type)
+{
+	TupleDesc	tupdesc = RelationGetDescr(rel);
+	int			attnum = SPI_fnumber(tupdesc, name);
+
+	if (attnum <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("column \"%s\" of table \"%s\" does not exist",
+						name, RelationGetRelationName(rel)),
+				 errhint("Add the column back as %s with ALTER TABLE.",
+						 format_type_be(type))));
+	if (TupleDescAttr(tupdesc, attnum - 1)->atttypid != type)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("column \"%s\" of table \"%s\" must be of type %s",
+						name, RelationGetRelationName(rel), format_type_be(type)),
+				 errhint("Change the column back with ALTER TABLE ... ALTER COLUMN ... TYPE.")));
+	return attnum;
+}
+
+/*
+ * Trigger BEFORE INSERT OR UPDATE FOR EACH ROW of idem_reconcilers.
+ * Whoever writes a row, through idem_set_reconciler or with plain INSERT,
+ * UPDATE or COPY, its handler must name a function that can be a
+ * reconciler run as run_as, stored as its schema-qualified signature; the
+ * writer must be able to act as run_as; and registered_by becomes the
+ * writer, whatever the row said.  Each call checks all of it again
+ * (ReconcilerRunnable), since rights and functions change after a write.
+ */
+Datum
+idem_reconcilers_check(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	Relation	rel;
+	HeapTuple	tuple;
+	int			attnums[2];
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	Datum		d;
+	bool		isnull;
+	AttrNumber	handler_att;
+	AttrNumber	run_as_att;
+	Oid			handler;
+	Oid			run_as;
+	Oid			keys;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!(TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) ||
+		  TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event)))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"idem_reconcilers_check\" must be fired BEFORE INSERT OR UPDATE FOR EACH ROW")));
+
+	rel = trigdata->tg_relation;
+	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+		trigdata->tg_newtuple : trigdata->tg_trigtuple;
+	handler_att = ReconcilersColumn(rel, "handler", TEXTOID);
+	run_as_att = ReconcilersColumn(rel, "run_as", REGROLEOID);
+	attnums[0] = handler_att;
+	attnums[1] = ReconcilersColumn(rel, "registered_by", REGROLEOID);
+
+	/* NULLs are for the NOT NULL constraints to refuse */
+	d = heap_getattr(tuple, run_as_att, RelationGetDescr(rel), &isnull);
+	run_as = isnull ? InvalidOid : DatumGetObjectId(d);
+	d = heap_getattr(tuple, handler_att, RelationGetDescr(rel), &isnull);
+	if (isnull || !OidIsValid(run_as))
+		nulls[0] = isnull;
+	else
+	{
+		keys = get_relname_relid("idem_keys", RelationGetNamespace(rel));
+		if (!OidIsValid(keys))
+			ReportMissingTable("idem_keys");
+		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(run_as)))
+			ereport(ERROR,
+					(errcode(ERRCODE_UNDEFINED_OBJECT),
+					 errmsg("role with OID %u does not exist", run_as)));
+		if (!IdemCanActAs(GetUserId(), run_as))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to register a reconciler that runs as role \"%s\"",
+							GetUserNameFromId(run_as, false)),
+					 errdetail("Only roles that can become role \"%s\" with SET ROLE may register reconcilers that run as it.",
+							   GetUserNameFromId(run_as, false))));
+		handler = DatumGetObjectId(DirectFunctionCall1(regprocedurein,
+													   CStringGetDatum(TextDatumGetCString(d))));
+		CheckReconciler(handler, get_rel_type_id(keys), run_as);
+		d = CStringGetTextDatum(format_procedure_qualified(handler));
+	}
+	values[0] = d;
+	values[1] = ObjectIdGetDatum(GetUserId());
+
+	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, RelationGetDescr(rel),
+													 2, attnums, values, nulls));
 }

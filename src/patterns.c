@@ -45,14 +45,14 @@ PG_FUNCTION_INFO_V1(idem_consume);
 
 /*
  * What idem_call keeps in fn_extra between calls from the same expression:
- * the extension's schema and the last handler, validated, with its FmgrInfo
- * in a context of its own that is reset when another handler comes along.
+ * the extension's schema and the FmgrInfo of the last handler called, in a
+ * context of its own that is reset when another handler comes along.  The
+ * handler itself is checked again at every call (handlers.c).
  */
 typedef struct IdemCallCache
 {
 	Oid			nspid;
-	Oid			handler;		/* InvalidOid until one was validated */
-	bool		strict;
+	Oid			handler;		/* whose flinfo is set up; InvalidOid: none */
 	MemoryContext handler_cxt;
 	FmgrInfo	flinfo;
 } IdemCallCache;
@@ -71,93 +71,44 @@ CheckArgNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
 }
 
 /*
- * Check that handler is a plain function handler(jsonb) RETURNS jsonb;
- * returns whether it is strict.  The signature of a function cannot change
- * under CREATE OR REPLACE, so this is done once per cached handler.
+ * Refuse, before anything is reserved, a handler that is not a plain
+ * function handler(jsonb) RETURNS jsonb the current user may execute;
+ * returns whether it is strict.  Checked at every call: the OID comes from
+ * the caller and may be 0 or name a function dropped since the last call.
  */
 static bool
-ValidateHandler(Oid handler)
+CheckHandler(Oid handler)
 {
-	HeapTuple	tup;
-	Form_pg_proc proc;
-	const char *kind;
-	bool		strict;
+	bool		strict = false;
+	IdemHandlerFault fault;
 
-	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(handler));
-	if (!HeapTupleIsValid(tup))
+	fault = IdemCheckHandler(handler, JSONBOID, JSONBOID, GetUserId(), &strict);
+	if (fault == IDEM_HANDLER_MISSING)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_FUNCTION),
 				 errmsg("handler function with OID %u does not exist", handler)));
-	proc = (Form_pg_proc) GETSTRUCT(tup);
-
-	switch (proc->prokind)
-	{
-		case PROKIND_PROCEDURE:
-			kind = "procedure";
-			break;
-		case PROKIND_AGGREGATE:
-			kind = "aggregate function";
-			break;
-		case PROKIND_WINDOW:
-			kind = "window function";
-			break;
-		default:
-			kind = NULL;
-			break;
-	}
-	if (kind != NULL)
+	if (fault == IDEM_HANDLER_NOT_EXECUTABLE)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, get_func_name(handler));
+	if (fault != IDEM_HANDLER_OK)
 		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("%s %s cannot be an idem_call handler",
-						kind, format_procedure(handler)),
-				 errdetail("A handler is a plain function that takes the request and returns the response."),
-				 errhint("Declare it as CREATE FUNCTION name(request jsonb) RETURNS jsonb.")));
-
-	if (proc->pronargs != 1 || proc->proargtypes.values[0] != JSONBOID)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				(errcode(IdemHandlerFaultCode(fault)),
 				 errmsg("function %s cannot be an idem_call handler",
 						format_procedure(handler)),
-				 errdetail("A handler takes exactly one argument, of type jsonb."),
+				 errdetail_idem_handler(fault, handler, JSONBOID, JSONBOID,
+										GetUserId()),
 				 errhint("Declare it as CREATE FUNCTION name(request jsonb) RETURNS jsonb.")));
-
-	if (proc->proretset || proc->prorettype != JSONBOID)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("function %s cannot be an idem_call handler",
-						format_procedure(handler)),
-				 errdetail("It returns %s%s; a handler returns a single jsonb value.",
-						   proc->proretset ? "setof " : "",
-						   format_type_be(proc->prorettype)),
-				 errhint("Declare it as CREATE FUNCTION name(request jsonb) RETURNS jsonb.")));
-
-	strict = proc->proisstrict;
-	ReleaseSysCache(tup);
+	InvokeFunctionExecuteHook(handler);
 	return strict;
 }
 
-/* Refuse a handler the current user may not execute */
-static void
-CheckHandlerExecutable(Oid handler)
-{
-	AclResult	aclresult;
-
-	aclresult = IdemFunctionAclCheck(handler, GetUserId(), ACL_EXECUTE);
-	if (aclresult != ACLCHECK_OK)
-		aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(handler));
-	InvokeFunctionExecuteHook(handler);
-}
-
-/*
- * The cache in fn_extra, with handler validated and ready to call.  The
- * privilege check runs on every call: it is cheap, and a REVOKE between two
- * calls of one statement must take effect.
- */
+/* The cache in fn_extra, with the FmgrInfo of handler, checked, ready to call */
 static IdemCallCache *
-GetCallCache(FunctionCallInfo fcinfo, Oid handler)
+GetCallCache(FunctionCallInfo fcinfo, Oid handler, bool *strict)
 {
 	FmgrInfo   *flinfo = fcinfo->flinfo;
 	IdemCallCache *cache = (IdemCallCache *) flinfo->fn_extra;
+
+	*strict = CheckHandler(handler);
 
 	if (cache == NULL)
 	{
@@ -173,12 +124,9 @@ GetCallCache(FunctionCallInfo fcinfo, Oid handler)
 	{
 		cache->handler = InvalidOid;
 		MemoryContextReset(cache->handler_cxt);
-		cache->strict = ValidateHandler(handler);
 		fmgr_info_cxt(handler, &cache->flinfo, cache->handler_cxt);
 		cache->handler = handler;
 	}
-
-	CheckHandlerExecutable(handler);
 	return cache;
 }
 
@@ -247,6 +195,7 @@ idem_call(PG_FUNCTION_ARGS)
 	text	   *scope = ARG_TEXT(4);
 	Interval   *ttl = PG_ARGISNULL(5) ? NULL : PG_GETARG_INTERVAL_P(5);
 	IdemCallCache *cache;
+	bool		strict;
 	IdemReservation r;
 	Jsonb	   *response = NULL;
 
@@ -254,7 +203,7 @@ idem_call(PG_FUNCTION_ARGS)
 	IdemCheckKey(key);
 	IdemCheckScope(scope);
 	CheckArgNotNull(fcinfo, 3, "handler");
-	cache = GetCallCache(fcinfo, PG_GETARG_OID(3));
+	cache = GetCallCache(fcinfo, PG_GETARG_OID(3), &strict);
 
 	IdemReserve(cache->nspid, scope, operation, key, request, ttl,
 				IDEM_RESERVE_COUNT, &r);
@@ -269,7 +218,7 @@ idem_call(PG_FUNCTION_ARGS)
 		ReportCallOutcome(&r, operation, key, scope);
 
 	/* A strict handler given a NULL request is not called: its result is NULL */
-	if (request != NULL || !cache->strict)
+	if (request != NULL || !strict)
 	{
 		LOCAL_FCINFO(hfcinfo, 1);
 		Datum		result;

@@ -713,6 +713,14 @@ idem_worker_main(Datum main_arg)
 	SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_SESSION);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET, PGC_S_SESSION);
 
+	/*
+	 * The worker is a superuser, and the triggers, CHECK constraints and
+	 * index expressions of idem_keys run inside its writes: a search_path
+	 * from ALTER DATABASE or ALTER ROLE must not choose what they call.
+	 * Reconcilers get their own pinned path (maintenance.c).
+	 */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_SESSION);
+
 	start = GetCurrentTimestamp();
 	IdemMaintainDatabase(IDEM_TXN_WORKER, InvalidOid, WorkerShouldStop, &counts);
 	end = GetCurrentTimestamp();

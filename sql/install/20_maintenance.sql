@@ -8,20 +8,37 @@
 -- here and to the primary key.
 CREATE INDEX idem_keys_expires_at_idx ON @extschema@.idem_keys (expires_at);
 
--- A reconciler runs as run_as.  Whoever writes a row must be able to become
--- that role, so write access to this table never lends another role's rights.
+-- A reconciler runs as run_as.  handler is the function's signature, text
+-- and not regprocedure: a reg* column that names a function would stop
+-- pg_upgrade of the whole cluster.  The trigger below checks every row
+-- written, through idem_set_reconciler or by hand: handler must be a
+-- reconciler's signature (stored schema-qualified), the writer must be
+-- able to become run_as, and registered_by becomes the writer.  Maintenance
+-- checks all of it again before each call (src/maintenance.c), so that
+-- rights revoked and functions changed since the write take effect.
 CREATE TABLE @extschema@.idem_reconcilers (
 	operation	text		NOT NULL,
 	handler		text		NOT NULL,
 	run_as		regrole		NOT NULL,
 	created_at	timestamptz	NOT NULL DEFAULT pg_catalog.now(),
-	CONSTRAINT idem_reconcilers_pkey PRIMARY KEY (operation),
-	CONSTRAINT idem_reconcilers_run_as_check
-		CHECK (pg_catalog.pg_has_role(run_as::pg_catalog.oid, 'MEMBER'))
+	registered_by regrole	NOT NULL,
+	CONSTRAINT idem_reconcilers_pkey PRIMARY KEY (operation)
 );
 
 COMMENT ON TABLE @extschema@.idem_reconcilers IS
-	'reconciler of each operation (see idem_set_reconciler): handler is the function''s signature, run_as the role it runs as';
+	'reconciler of each operation (see idem_set_reconciler): handler is the function''s signature, run_as the role it runs as, registered_by the role that wrote the row';
+
+CREATE FUNCTION @extschema@.idem_reconcilers_check()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_reconcilers_check'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.idem_reconcilers_check() IS
+	'trigger of idem_reconcilers: checks the handler and that the writer may act as run_as, and records the writer as registered_by';
+
+CREATE TRIGGER idem_reconcilers_check
+	BEFORE INSERT OR UPDATE ON @extschema@.idem_reconcilers
+	FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_reconcilers_check();
 
 -- Registrations are configuration the user made: keep them in pg_dump output.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_reconcilers', '');

@@ -1,0 +1,55 @@
+-- ALTER EXTENSION idempotency UPDATE from 0.1.0 keeps every reconciler with
+-- its meaning: it still runs as its role, its registrar is that role, and
+-- one whose function was dropped is kept, reported, and skipped until it is
+-- registered again.  Run in a database of its own.
+\set orig_db :DBNAME
+CREATE DATABASE regress_rc_update;
+\c regress_rc_update
+CREATE EXTENSION idempotency VERSION '0.1.0';
+CREATE ROLE regress_rc_upd_app;
+GRANT EXECUTE ON FUNCTION idem_set_reconciler(text, regprocedure),
+	idem_release(text, text, text) TO regress_rc_upd_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON idem_reconcilers, idem_keys TO regress_rc_upd_app;
+CREATE TABLE upd_calls (key text, who name);
+GRANT INSERT ON upd_calls TO regress_rc_upd_app;
+CREATE FUNCTION upd_release(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO public.upd_calls VALUES (r.key, current_user);
+	PERFORM public.idem_release(r.operation, r.key, r.scope);
+END $$;
+CREATE FUNCTION upd_gone(r idem_keys) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+SET ROLE regress_rc_upd_app;
+SELECT idem_set_reconciler('upd-app', 'upd_release(idem_keys)');
+RESET ROLE;
+SELECT idem_set_reconciler('upd-gone', 'upd_gone(idem_keys)');
+DROP FUNCTION upd_gone(idem_keys);
+
+ALTER EXTENSION idempotency UPDATE TO '0.2.0';
+SELECT extversion FROM pg_extension WHERE extname = 'idempotency';
+SELECT operation, handler, run_as, registered_by FROM idem_reconcilers ORDER BY operation;
+-- The CHECK that depended on who runs it is gone; the trigger checks writes
+SELECT conname FROM pg_constraint
+WHERE conrelid = 'idem_reconcilers'::regclass ORDER BY conname;
+SELECT tgname FROM pg_trigger
+WHERE tgrelid = 'idem_reconcilers'::regclass AND NOT tgisinternal;
+SET ROLE regress_rc_upd_app;
+UPDATE idem_reconcilers SET run_as = 'postgres' WHERE operation = 'upd-app';
+RESET ROLE;
+
+-- The kept registration runs as its role; the dangling one is skipped
+SELECT (idem_reserve(op, 'k1')).outcome FROM (VALUES ('upd-app'), ('upd-gone')) v(op);
+UPDATE idem_keys SET status = 'stuck';
+SELECT idem_reconcile();
+SELECT key, who FROM upd_calls;
+SELECT operation, status FROM idem_keys ORDER BY operation;
+-- and registering it again brings it back
+CREATE FUNCTION upd_gone(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM public.idem_release(r.operation, r.key, r.scope);
+END $$;
+SELECT idem_reconcile();
+SELECT count(*) AS left_stuck FROM idem_keys;
+
+\c :orig_db
+DROP DATABASE regress_rc_update;
+DROP ROLE regress_rc_upd_app;
