@@ -131,7 +131,7 @@ SELECT 1 AS alive;
 --
 -- 2. search_path planted to run the attacker's function inside a
 --    superuser's reconciler: session, database, for idem_reconcile() and
---    CALL idem_maintain() (the role and the worker: test/t/025)
+--    CALL idem_maintain() (the role and the worker: test/t/026_worker_security.pl)
 --
 SELECT idem_set_reconciler('rc-pay', 'rc_release(idem_keys)');
 SET ROLE regress_rc_maint;
