@@ -18,10 +18,14 @@ BEGIN
 	PERFORM public.idem_release(r.operation, r.key, r.scope);
 END $$;
 CREATE FUNCTION upd_gone(r idem_keys) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+-- The rows 0.1.0's idem_set_reconciler wrote (this library refuses to run
+-- on the 0.1.0 catalog): the qualified signature, run as the writer
 SET ROLE regress_rc_upd_app;
-SELECT idem_set_reconciler('upd-app', 'upd_release(idem_keys)');
+INSERT INTO idem_reconcilers (operation, handler, run_as)
+VALUES ('upd-app', 'public.upd_release(public.idem_keys)', current_user::regrole);
 RESET ROLE;
-SELECT idem_set_reconciler('upd-gone', 'upd_gone(idem_keys)');
+INSERT INTO idem_reconcilers (operation, handler, run_as)
+VALUES ('upd-gone', 'public.upd_gone(public.idem_keys)', current_user::regrole);
 DROP FUNCTION upd_gone(idem_keys);
 
 ALTER EXTENSION idempotency UPDATE TO '0.2.0';
