@@ -82,9 +82,7 @@ typedef struct IdemStatusShared
 /* Set in every backend when the server was started with us preloaded */
 static IdemStatusShared *idem_status = NULL;
 
-#if PG_VERSION_NUM >= 150000
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* Ask the postmaster for our shared memory and our lock */
@@ -95,7 +93,6 @@ StatusRequestShmem(void)
 	RequestNamedLWLockTranche(IDEM_STATUS_NAME, 1);
 }
 
-#if PG_VERSION_NUM >= 150000
 /* shmem_request_hook: request our share after the previous hook's */
 static void
 StatusShmemRequest(void)
@@ -104,7 +101,6 @@ StatusShmemRequest(void)
 		prev_shmem_request_hook();
 	StatusRequestShmem();
 }
-#endif
 
 /* shmem_startup_hook: create or attach the shared state */
 static void
@@ -133,12 +129,8 @@ IdemStatusInit(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
-#if PG_VERSION_NUM >= 150000
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = StatusShmemRequest;
-#else
-	StatusRequestShmem();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = StatusShmemStartup;
 }
