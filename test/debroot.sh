@@ -3,8 +3,10 @@
 # (or anything else) as a fresh Debian machine would.  Needs root.
 #
 #   bash test/debroot.sh make NAME      make the root if it is not cached; print its path
-#   bash test/debroot.sh run NAME [--copy HOSTDIR:ROOTDIR]... [--] CMD [ARG]...
-#                                       run CMD as root inside a throwaway copy of the root
+#   bash test/debroot.sh run NAME [--copy HOSTDIR:ROOTDIR]... [--bind HOSTDIR:ROOTDIR]... [--] CMD [ARG]...
+#                                       run CMD as root inside a throwaway copy of the root;
+#                                       --copy copies a tree in first, --bind mounts a host
+#                                       directory there for the run (to keep what it makes)
 #   bash test/debroot.sh shell NAME     an interactive shell, the same way
 #   bash test/debroot.sh list           the cached roots
 #   bash test/debroot.sh remove NAME    delete a cached root
@@ -63,8 +65,14 @@ debroot_suite() {
 	esac
 }
 
-# Write the root's own apt configuration: sources, no expiry check, pins
-debroot_configure_apt() {
+# The configuration debroot_configure writes; a cached root made with an
+# older one is configured again
+DEBROOT_CONFIG_VERSION=2
+
+# Write the root's own configuration: apt sources, no expiry check, pins,
+# and no daemons started by packages (a chroot has no init to own them:
+# the main cluster postgresql-NN creates stays stopped)
+debroot_configure() {
 	local name=$1 root=$2 mirror suite
 	mirror=$(debroot_mirror)
 	suite=$(debroot_suite "$name")
@@ -93,6 +101,8 @@ debroot_configure_apt() {
 			'Pin: release a=experimental' 'Pin-Priority: 500' \
 			>"$root/etc/apt/preferences.d/idem-experimental"
 	fi
+	printf '%s\n' '#!/bin/sh' 'exit 101' >"$root/usr/sbin/policy-rc.d"
+	chmod 755 "$root/usr/sbin/policy-rc.d"
 }
 
 # Make the cached root NAME unless it exists; print its path
@@ -102,6 +112,10 @@ debroot_make() {
 	dir=$IDEM_ROOTS/$name
 	base=$dir/base
 	if [ -f "$dir/complete" ]; then
+		if [ "$(cat "$dir/complete")" != "$DEBROOT_CONFIG_VERSION" ]; then
+			debroot_configure "$name" "$base"
+			echo "$DEBROOT_CONFIG_VERSION" >"$dir/complete"
+		fi
 		echo "$base"
 		return 0
 	fi
@@ -118,9 +132,9 @@ debroot_make() {
 		echo "debroot: debootstrap of $suite failed; log in $dir/debootstrap.log" >&2
 		return 1
 	fi
-	debroot_configure_apt "$name" "$base"
+	debroot_configure "$name" "$base"
 	rm -rf "$base"/var/cache/apt/archives/*.deb "$base"/var/lib/apt/lists/*_Packages
-	touch "$dir/complete"
+	echo "$DEBROOT_CONFIG_VERSION" >"$dir/complete"
 	echo "$base"
 }
 
@@ -128,10 +142,11 @@ debroot_make() {
 debroot_inner() {
 	local name=$1 run=$2
 	shift 2
-	local dir=$IDEM_ROOTS/$name merged=$run/merged copies=() m
+	local dir=$IDEM_ROOTS/$name merged=$run/merged copies=() binds=() m
 	while [ $# -gt 0 ]; do
 		case "$1" in
 			--copy) copies+=("$2"); shift 2 ;;
+			--bind) binds+=("$2"); shift 2 ;;
 			--) shift; break ;;
 			*) break ;;
 		esac
@@ -153,18 +168,37 @@ debroot_inner() {
 	mount -t tmpfs -o mode=1777 tmpfs "$merged/dev/shm" && DEBROOT_MOUNTS+=("$merged/dev/shm")
 	mount --bind "$dir/apt-archives" "$merged/var/cache/apt/archives" &&
 		DEBROOT_MOUNTS+=("$merged/var/cache/apt/archives")
+	# The network as this machine sees it: its resolver, and the local CA
+	# certificates it was given (those of a TLS-intercepting proxy, say),
+	# which ca-certificates picks up when a command installs it; node uses
+	# its own list and reads them from NODE_EXTRA_CA_CERTS
 	cp -L /etc/resolv.conf "$merged/etc/resolv.conf"
-	local c from to
+	local c from to cas=() extra_env=()
+	shopt -s nullglob
+	cas=(/usr/local/share/ca-certificates/*.crt)
+	shopt -u nullglob
+	if [ ${#cas[@]} -gt 0 ]; then
+		mkdir -p "$merged/usr/local/share/ca-certificates"
+		cp -L "${cas[@]}" "$merged/usr/local/share/ca-certificates/"
+		cat "${cas[@]}" >"$merged/usr/local/share/ca-certificates/debroot-local-cas.pem"
+		extra_env=(NODE_EXTRA_CA_CERTS=/usr/local/share/ca-certificates/debroot-local-cas.pem)
+	fi
 	for c in "${copies[@]}"; do
 		from=${c%%:*}
 		to=${c#*:}
 		mkdir -p "$merged/$to"
 		cp -a "$from/." "$merged/$to/"
 	done
+	for c in "${binds[@]}"; do
+		from=${c%%:*}
+		to=${c#*:}
+		mkdir -p "$merged/$to"
+		mount --bind "$from" "$merged/$to" && DEBROOT_MOUNTS+=("$merged/$to")
+	done
 	local rc=0
 	chroot "$merged" /usr/bin/env -i HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 \
 		PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-		"$@" || rc=$?
+		"${extra_env[@]}" "$@" || rc=$?
 	return $rc
 }
 
@@ -206,7 +240,7 @@ debroot_main() {
 		remove) rm -rf "${IDEM_ROOTS:?}/${1:?root name}" ;;
 		__inner) debroot_inner "$@" ;;
 		*)
-			sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+			sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 			exit 2
 			;;
 	esac
