@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The suite on every PostgreSQL that Debian ships: `bash test/matrix.sh` (as root).
+#
+# For each Debian suite it copies a clean `git archive` of HEAD (committed
+# work only) into a fresh minimal root of that suite (test/debroot.sh: made
+# with debootstrap once, cached, an overlay thrown away after each run) and
+# runs the README's test command there as root, `PGVER=N bash test/run.sh`,
+# exactly as on a new machine: it installs its own packages with apt-get.
+# Then it prints a table of version x passed / failed / skipped / wall time
+# and exits non-zero if any version failed.  Every mount is made in the
+# run's own namespaces and unmounted when it ends.
+#
+#   bash test/matrix.sh                  bookworm (15), trixie (17), sid (18), experimental (19)
+#   bash test/matrix.sh sid experimental only those
+#
+# Environment: IDEM_ROOTS (cache of the roots, default
+# /var/cache/idempotency/roots), IDEM_MIRROR (Debian mirror), IDEM_MATRIX_REV
+# (the commit to test, default HEAD), IDEM_MATRIX_LOGS (directory for one
+# full log per version, default a new directory under /tmp, kept),
+# IDEM_MATRIX_VERBOSE=1 (also print every run's output as it goes).
+
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/debroot.sh"
+
+if [ "$(id -u)" != 0 ]; then
+	echo "matrix: must run as root (debootstrap, mount, chroot)" >&2
+	exit 1
+fi
+
+# The PostgreSQL each root's suite ships
+declare -A PGVER_OF=([bookworm]=15 [trixie]=17 [sid]=18 [experimental]=19)
+
+names=("$@")
+[ ${#names[@]} -eq 0 ] && names=(bookworm trixie sid experimental)
+for name in "${names[@]}"; do
+	[ -n "${PGVER_OF[$name]:-}" ] || {
+		echo "matrix: unknown root \"$name\" (bookworm, trixie, sid or experimental)" >&2
+		exit 2
+	}
+done
+
+repo=$(cd "$here/.." && pwd)
+rev=$(git -C "$repo" rev-parse --verify "${IDEM_MATRIX_REV:-HEAD}^{commit}")
+logs=${IDEM_MATRIX_LOGS:-$(mktemp -d /tmp/idempotency-matrix.XXXXXX)}
+mkdir -p "$logs"
+src=$(mktemp -d /tmp/idempotency-matrix-src.XXXXXX)
+trap 'rm -rf "$src"' EXIT
+git -C "$repo" archive "$rev" | tar -x -C "$src"
+
+echo "== matrix of $(git -C "$repo" log -1 --format='%h %s' "$rev")"
+if [ -z "${IDEM_MATRIX_REV:-}" ] && [ -n "$(git -C "$repo" status --porcelain --untracked-files=no)" ]; then
+	echo "== note: uncommitted changes are not tested (a git archive of HEAD is)"
+fi
+echo "== logs in $logs"
+
+rows=()
+any_failed=0
+for name in "${names[@]}"; do
+	ver=${PGVER_OF[$name]}
+	log=$logs/$name-$ver.log
+	echo "== $name (PostgreSQL $ver): running"
+	start=$(date +%s)
+	rc=0
+	if [ "${IDEM_MATRIX_VERBOSE:-0}" = 1 ]; then
+		debroot_run "$name" --copy "$src:/root/idempotency" -- \
+			bash -c "cd /root/idempotency && PGVER=$ver bash test/run.sh" 2>&1 |
+			tee "$log" || rc=${PIPESTATUS[0]}
+	else
+		debroot_run "$name" --copy "$src:/root/idempotency" -- \
+			bash -c "cd /root/idempotency && PGVER=$ver bash test/run.sh" \
+			>"$log" 2>&1 || rc=$?
+	fi
+	secs=$(($(date +%s) - start))
+	# The runner's last line: "N passed, N failed" and, where it counts them, ", N skipped"
+	summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 || true)
+	passed=$(sed -nE 's/^([0-9]+) passed.*/\1/p' <<<"$summary")
+	failed=$(sed -nE 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/p' <<<"$summary")
+	skipped=$(sed -nE 's/.*, ([0-9]+) skipped.*/\1/p' <<<"$summary")
+	if [ "$rc" = 0 ] && [ -n "$summary" ] && [ "$failed" = 0 ] && [ "${passed:-0}" -gt 0 ]; then
+		result=ok
+	else
+		result="FAILED (exit $rc)"
+		[ -n "$summary" ] || result="FAILED (exit $rc, no summary line)"
+		any_failed=1
+		echo "== $name: last lines of $log"
+		tail -n 25 "$log" | sed 's/^/   /'
+	fi
+	rows+=("$(printf '%-7s  %-12s  %6s  %6s  %7s  %6s  %s' "$ver" "$name" \
+		"${passed:--}" "${failed:--}" "${skipped:-0}" \
+		"$((secs / 60))m$(printf '%02d' $((secs % 60)))s" "$result")")
+	echo "${rows[-1]}"
+done
+
+echo
+echo "matrix of $(git -C "$repo" log -1 --format='%h %s' "$rev")"
+printf '%-7s  %-12s  %6s  %6s  %7s  %6s  %s\n' version suite passed failed skipped time result
+printf '%s\n' "${rows[@]}"
+exit $any_failed
