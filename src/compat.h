@@ -102,6 +102,15 @@
 	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
 #endif
 
+/* A sequential scan: PostgreSQL 19 takes flags (ScanOptions; none here) */
+#if PG_VERSION_NUM >= 190000
+#define IdemTableBeginScan(rel, snapshot, nkeys, key) \
+	table_beginscan((rel), (snapshot), (nkeys), (key), 0)
+#else
+#define IdemTableBeginScan(rel, snapshot, nkeys, key) \
+	table_beginscan((rel), (snapshot), (nkeys), (key))
+#endif
+
 /*
  * The range table of an EState that writes one relation, as the logical
  * apply worker builds it: PostgreSQL 16 moved permissions into

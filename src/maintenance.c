@@ -543,7 +543,7 @@ FlagBatch(int batch_size, TimestampTz cutoff)
 
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(table.rel, NULL);
-	scan = table_beginscan(table.rel, snapshot, 0, NULL);
+	scan = IdemTableBeginScan(table.rel, snapshot, 0, NULL);
 	initStringInfo(&buf);
 	oc.n = 0;
 
