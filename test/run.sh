@@ -42,9 +42,10 @@
 source "$(dirname "$0")/lib.sh"
 
 IDEM_PACKAGES+=(libipc-run-perl nodejs curl python3 python3-psycopg python3-psycopg-pool git)
-# The HTTP clients (test/scripts/client_*.sh); npm comes with some nodejs builds
+# The HTTP clients (test/scripts/client_*.sh, pgbouncer.sh); npm comes with
+# some nodejs builds
 IDEM_PACKAGES+=(golang-go golang-github-jackc-pgx-v4-dev default-jdk-headless
-	libpostgresql-jdbc-java socat)
+	libpostgresql-jdbc-java socat pgbouncer)
 command -v npm >/dev/null || IDEM_PACKAGES+=(npm)
 
 # The worker stays paused on the suite's cluster: the SQL tests create expired

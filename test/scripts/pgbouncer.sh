@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The four examples/http services behind PgBouncer (Debian's pgbouncer) in
+# transaction pooling mode, each with the driver setting the README gives for
+# it (psycopg: no server-side prepares; node-postgres: as is; pgx:
+# statement_cache_mode=describe; JDBC: prepareThreshold=0), through the HTTP
+# contract's checks (test/scripts/lib/http_contract.sh) and its storm.  The
+# pool has two server connections for the service's up to sixteen, so
+# server connections are shared between the clients' transactions; payments
+# are counted in the database.  Then statement pooling: idem_call, one
+# statement, works under a storm of its own; a transaction block is refused.
+source test/scripts/lib/examples.sh
+source test/scripts/lib/http_contract.sh
+hc_setup pgbouncer
+ex_sql <<'SQL'
+CREATE FUNCTION pgbouncer_pay(request jsonb) RETURNS jsonb
+LANGUAGE sql AS $$
+	SELECT pg_sleep(0.3);
+	INSERT INTO payments (account, order_id, amount, currency)
+	VALUES ('statement', request->>'order_id', (request->>'amount')::bigint, 'EUR')
+	RETURNING jsonb_build_object('id', id, 'status', 'paid');
+$$;
+GRANT EXECUTE ON FUNCTION pgbouncer_pay(jsonb),
+	idem_call(text, text, jsonb, regprocedure, text, interval) TO idem_example_http_app;
+SQL
+
+BDIR=$HC_TMP/pgbouncer
+BPORT=$(hc_free_port)
+ADMIN=$(id -un)
+mkdir -p "$BDIR"
+printf '"%s" ""\n' idem_example_http_app "$ADMIN" >"$BDIR/userlist.txt"
+cat >"$BDIR/pgbouncer.ini" <<EOF
+[databases]
+$PGDATABASE = host=$PGHOST port=$PGPORT dbname=$PGDATABASE pool_size=2
+statement_pool = host=$PGHOST port=$PGPORT dbname=$PGDATABASE pool_size=2 pool_mode=statement
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $BPORT
+unix_socket_dir = $BDIR
+auth_type = trust
+auth_file = $BDIR/userlist.txt
+admin_users = $ADMIN
+pool_mode = transaction
+max_client_conn = 200
+ignore_startup_parameters = extra_float_digits
+logfile = $BDIR/pgbouncer.log
+pidfile = $BDIR/pgbouncer.pid
+EOF
+pgbouncer "$BDIR/pgbouncer.ini" 2>"$BDIR/stderr" &
+EX_PIDS+=($!)
+for i in $(seq 1 100); do [ -S "$BDIR/.s.PGSQL.$BPORT" ] && break; sleep 0.1; done
+if ! [ -S "$BDIR/.s.PGSQL.$BPORT" ]; then
+	echo "FAIL: pgbouncer did not start"
+	cat "$BDIR/stderr" "$BDIR/pgbouncer.log"
+	exit 1
+fi
+echo "pgbouncer $(pgbouncer --version | head -1) on 127.0.0.1:$BPORT and $BDIR"
+
+# bouncer_pool COLUMN: a column of SHOW POOLS for the service's pool
+bouncer_pool() {
+	psql -X -q -h "$BDIR" -p "$BPORT" -U "$ADMIN" -d pgbouncer -c 'SHOW POOLS' -A -F ' ' |
+		awk -v db="$PGDATABASE" -v col="$1" '
+			NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+			$1 == db && $2 == "idem_example_http_app" { print $c[col] }'
+}
+# Client connections the service has open to pgbouncer
+bouncer_clients() {
+	psql -X -q -h "$BDIR" -p "$BPORT" -U "$ADMIN" -d pgbouncer -c 'SHOW CLIENTS' -A -F ' ' |
+		awk -v db="$PGDATABASE" '
+			NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+			$c["user"] == "idem_example_http_app" && $c["database"] == db { n++ }
+			END { print n + 0 }'
+}
+
+# through LANGUAGE START-COMMAND...: the contract through the pooler
+through() {
+	local lang=$1 clients servers
+	shift
+	echo "== $lang through transaction pooling"
+	ex_sql -c 'DELETE FROM idem_keys' -c 'TRUNCATE payments'
+	PGHOST=$BDIR PGPORT=$BPORT "$@"
+	hc_contract
+	clients=$(bouncer_clients)
+	servers=$(ex_value "SELECT count(*) FROM pg_stat_activity WHERE usename = 'idem_example_http_app'")
+	echo "$lang: $clients client connections to pgbouncer, $servers server connections"
+	ex_check "$lang: more client connections than the pool's server connections" \
+		"$([ "$clients" -gt 2 ] && echo yes || echo "no ($clients)")" yes
+	ex_check "$lang: server connections at most the pool size" \
+		"$([ "$servers" -le 2 ] && echo yes || echo "no ($servers)")" yes
+	hc_stop
+}
+
+through python hc_start_python --no-prepare
+through node hc_start_node
+DATABASE_URL=statement_cache_mode=describe through go hc_start_go
+through java hc_start_java \
+	"jdbc:postgresql://127.0.0.1:$BPORT/$PGDATABASE?user=idem_example_http_app&prepareThreshold=0"
+ex_check "clients waiting for a server connection at the end" "$(bouncer_pool cl_waiting)" 0
+
+echo "== statement pooling: idem_call is one statement"
+stmt() {
+	psql -X -q -A -t -h "$BDIR" -p "$BPORT" -U idem_example_http_app -d statement_pool "$@"
+}
+call="SELECT idem_call('statement-pay', 'stmt-1', '{\"order_id\": \"stmt-1\", \"amount\": 700}', 'pgbouncer_pay(jsonb)')"
+pids=()
+for i in $(seq 1 8); do
+	stmt -v VERBOSITY=sqlstate -c "$call" >"$HC_TMP/stmt-$i" 2>&1 &
+	pids+=($!)
+done
+wait "${pids[@]}" || true
+paid=0 busy=0
+for i in $(seq 1 8); do
+	case "$(cat "$HC_TMP/stmt-$i")" in
+		'{"id": '*', "status": "paid"}') paid=$((paid + 1)) ;;
+		'ERROR:  ID003') busy=$((busy + 1)) ;;
+		*) echo "call $i: $(cat "$HC_TMP/stmt-$i")" ;;
+	esac
+done
+echo "8 concurrent idem_call: $paid answered the payment, $busy got ID003 (in progress)"
+ex_check "idem_call answers: the payment or ID003" "$((paid + busy))" 8
+ex_check "payments for stmt-1" "$(hc_payments stmt-1)" 1
+ex_check "a later idem_call replays" "$(stmt -c "$call")" \
+	"$(ex_value "SELECT response FROM idem_keys WHERE key = 'stmt-1'")"
+ex_check "payments for stmt-1" "$(hc_payments stmt-1)" 1
+
+echo "== statement pooling: a transaction block is refused"
+out=$(printf '%s\n' 'BEGIN;' \
+	"SELECT outcome FROM idem_reserve('statement-pay', 'stmt-2', '{}');" 'COMMIT;' |
+	stmt 2>&1 || true)
+echo "$out"
+ex_check "pgbouncer refuses it" \
+	"$(grep -c 'transaction blocks not allowed in statement pooling mode' <<<"$out")" 1
+ex_check "nothing reserved" "$(ex_value "SELECT count(*) FROM idem_keys WHERE key = 'stmt-2'")" 0
+
+if [ "$EX_FAILED" != 0 ]; then
+	echo "pgbouncer log:"
+	sed 's/^/  /' "$BDIR/pgbouncer.log"
+fi
+ex_finish
