@@ -8,4 +8,5 @@ hc_setup go
 hc_start_go
 hc_contract
 hc_stop
+hc_read_only hc_start_go
 ex_finish

@@ -10,7 +10,9 @@ hc_setup java
 relay=$(hc_free_port)
 socat "TCP-LISTEN:$relay,bind=127.0.0.1,reuseaddr,fork" "UNIX-CONNECT:$PGHOST/.s.PGSQL.$PGPORT" &
 EX_PIDS+=($!)
-hc_start_java "jdbc:postgresql://127.0.0.1:$relay/$PGDATABASE?user=idem_example_http_app"
+url="jdbc:postgresql://127.0.0.1:$relay/$PGDATABASE?user=idem_example_http_app"
+hc_start_java "$url"
 hc_contract
 hc_stop
+hc_read_only hc_start_java "$url"
 ex_finish

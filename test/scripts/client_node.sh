@@ -9,4 +9,5 @@ hc_setup node
 hc_start_node
 hc_contract
 hc_stop
+hc_read_only hc_start_node
 ex_finish

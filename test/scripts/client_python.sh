@@ -7,4 +7,5 @@ hc_setup python
 hc_start_python
 hc_contract
 hc_stop
+hc_read_only hc_start_python
 ex_finish

@@ -244,3 +244,23 @@ hc_contract() {
 	ex_check "records" "$(ex_value "SELECT string_agg(key || ':' || scope || ':' || status || ':' || coalesce(response_status::text, '-'), ' ' ORDER BY key, scope) FROM idem_keys")" \
 		"key-1:acct-1:completed:201 key-1:acct-2:completed:201 key-2:acct-1:completed:201 key-3:acct-1:processing:- key-4:acct-1:completed:402 storm-1:acct-storm:completed:201 storm-2:acct-storm:completed:201 storm-3:acct-storm:completed:201 storm-4:acct-storm:completed:201"
 }
+
+# hc_read_only START-COMMAND...: a read-only database, as on a standby:
+# replays still answer, a new key is 503 (SQLSTATE 25006) and nothing is
+# written.  The service is started again (with START-COMMAND) so that its
+# connections begin read-only; it is stopped at the end.
+hc_read_only() {
+	local body='{"order_id": "order-1", "amount": 10000, "currency": "BRL"}'
+	echo "== 503: a read-only database (SQLSTATE 25006)"
+	ex_sql -c "ALTER ROLE idem_example_http_app SET default_transaction_read_only = on"
+	"$@"
+	ex_check "a retry of key-1" "$(hc_post key-1 "$body" -H 'X-Account-Id: acct-1')" 201
+	ex_check "... Idempotent-Replayed" "$(hc_header Idempotent-Replayed)" true
+	ex_check "a new key" "$(hc_post key-5 "$body" -H 'X-Account-Id: acct-1')" 503
+	ex_check "... error" "$(hc_error)" read_only
+	ex_check "... Retry-After" "$(hc_header Retry-After)" 1
+	ex_check "payments in all" "$(ex_value "SELECT count(*) FROM payments")" 7
+	ex_check "records for key-5" "$(ex_value "SELECT count(*) FROM idem_keys WHERE key = 'key-5'")" 0
+	ex_sql -c "ALTER ROLE idem_example_http_app RESET default_transaction_read_only"
+	hc_stop
+}
