@@ -41,6 +41,15 @@
  * record locked FOR UPDATE (skipped when another transaction is writing it)
  * and settles it through idem_complete or idem_release.
  *
+ * Rights
+ * ------
+ * The SQL entry points run as their caller.  The worker connects as the
+ * bootstrap superuser but does each unit as the owner of idem_keys, in a
+ * security-restricted operation (BecomeTableOwner), so that the table's
+ * triggers and constraints get that owner's rights only.  A reconciler
+ * runs as its run_as role, with search_path pinned, after the checks of
+ * ReconcilerRunnable, which trust nothing written in idem_reconcilers.
+ *
  * Durability
  * ----------
  * Sweep batches of the worker and of idem_maintain commit with
@@ -59,6 +68,7 @@
 #include "access/xact.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -157,6 +167,9 @@ typedef struct PassState
 	IdemPassCounts *counts;
 	MemoryContext passcxt;		/* lives for the whole pass */
 	MemoryContext unitcxt;		/* reset after each unit */
+	bool		as_owner;		/* the unit runs as idem_keys' owner */
+	Oid			save_userid;	/* ... and this was the user before */
+	int			save_sec_context;
 } PassState;
 
 /* SQL texts; %1$s is the quoted schema of the extension */
@@ -977,7 +990,13 @@ UnitEnd(PassState *ps)
 		PopActiveSnapshot();
 	if (ps->mode == IDEM_TXN_WORKER)
 	{
+		/* Deferred triggers fire in the commit: still as the owner */
 		CommitTransactionCommand();
+		if (ps->as_owner)
+		{
+			SetUserIdAndSecContext(ps->save_userid, ps->save_sec_context);
+			ps->as_owner = false;
+		}
 		pgstat_report_stat(false);
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
@@ -1014,12 +1033,44 @@ StopRequested(PassState *ps, int64 batch_us)
 	return false;
 }
 
+/*
+ * The worker is the bootstrap superuser, but the triggers, CHECK
+ * constraints and index expressions of idem_keys run inside its writes:
+ * like autovacuum for a table's index expressions, it runs each unit as
+ * the table's owner, in a security-restricted operation (no SET ROLE, no
+ * temporary objects), so that whoever may add them to idem_keys (its owner,
+ * or a role granted TRIGGER) gets no more than the owner's rights.  The
+ * unit's end switches back.  The SQL entry points run as their caller.
+ */
+static void
+BecomeTableOwner(PassState *ps)
+{
+	HeapTuple	tuple;
+	Oid			owner;
+
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(maint_catalog.keys_relid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", maint_catalog.keys_relid);
+	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
+	ReleaseSysCache(tuple);
+
+	GetUserIdAndSecContext(&ps->save_userid, &ps->save_sec_context);
+	SetUserIdAndSecContext(owner, ps->save_sec_context |
+						   SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	ps->as_owner = true;
+}
+
 /* Open the catalog for a unit; false (pass ends) when the extension is gone */
 static bool
 UnitOpen(PassState *ps)
 {
 	if (OpenCatalog(ps->nspid))
+	{
+		if (ps->mode == IDEM_TXN_WORKER)
+			BecomeTableOwner(ps);
 		return true;
+	}
 	UnitEnd(ps);
 	ps->counts->missing = true;
 	return false;
@@ -1147,6 +1198,7 @@ RunPass(IdemTxnMode mode, Oid nspid, int phases, int batch_size,
 
 	memset(counts, 0, sizeof(*counts));
 	ps.mode = mode;
+	ps.as_owner = false;
 	ps.nspid = nspid;
 	ps.batch_size = batch_size;
 	ps.stop = stop;

@@ -120,6 +120,39 @@ is($node->safe_psql('shop', $is_super), 'f',
 	'worker, trigger on idem_keys, ALTER DATABASE SET search_path: the planted function did not run');
 $node->safe_psql('shop', q{DROP TRIGGER audit ON idem_keys; DELETE FROM idem_keys});
 
+# A role that owns idem_keys (or holds TRIGGER on it) chooses code that
+# runs inside the worker's writes: the worker runs them as that owner, in a
+# security-restricted operation, not as the superuser it connects as
+$node->safe_psql(
+	'shop', q{
+CREATE ROLE tabowner;
+ALTER TABLE idem_keys OWNER TO tabowner;
+GRANT SELECT ON idem_reconcilers TO tabowner;
+CREATE SCHEMA tabowner AUTHORIZATION tabowner;
+SET ROLE tabowner;
+CREATE FUNCTION tabowner.owner_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	ALTER ROLE tabowner SUPERUSER;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER owner_trigger BEFORE UPDATE ON public.idem_keys
+	FOR EACH ROW EXECUTE FUNCTION tabowner.owner_trigger();
+});
+$offset = -s $node->logfile;
+$node->safe_psql('shop', q{SELECT idem_reserve('pay', 'w-owner')});
+ok( $node->wait_for_log(
+		qr/ERROR:  must be superuser to alter superuser roles or change superuser attribute/,
+		$offset),
+	'the worker runs the trigger of idem_keys\' owner as that owner');
+is($node->safe_psql('shop', q{SELECT rolsuper FROM pg_roles WHERE rolname = 'tabowner'}),
+	'f', 'worker, trigger added by the owner of idem_keys: it got no SUPERUSER');
+$node->safe_psql(
+	'shop', q{
+DROP TRIGGER owner_trigger ON idem_keys;
+ALTER TABLE idem_keys OWNER TO CURRENT_USER;
+DELETE FROM idem_keys;
+});
+
 # The worker, with its role's search_path set for the database
 $node->safe_psql('shop', "ALTER ROLE \"$super\" IN DATABASE shop SET search_path = evil, public");
 $node->safe_psql('shop', q{SELECT idem_reserve('pay', 'w2')});
