@@ -248,7 +248,8 @@ def main():
     kwargs = {"autocommit": True}
     if args.no_prepare:
         kwargs["prepare_threshold"] = None
-    pool = ConnectionPool(args.dsn, min_size=1, max_size=16, kwargs=kwargs, timeout=10)
+    pool = ConnectionPool(args.dsn, min_size=1, max_size=16, kwargs=kwargs, timeout=10,
+                          open=True)
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.payments = Payments(pool)
