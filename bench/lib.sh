@@ -1,6 +1,9 @@
 # Helpers for bench/suites/*.sh, sourced by bench/run.sh after the cluster is up.
 #
 #   bench_sql FILE|-            run SQL as the test user (set-up of a suite)
+#   bench_value SQL             run one query as the test user, print its rows
+#                               unaligned (fields separated by |)
+#   bench_system 'SET x = y'    ALTER SYSTEM ... and reload the configuration
 #   bench_tps NAME SCRIPT [pgbench args...]
 #                               run pgbench with a script file from the suite's
 #                               directory and print its TPS to stderr; every
@@ -19,6 +22,15 @@ declare -A TPS TPS_RUNS
 
 bench_sql() {
 	as_test_user psql -X -q -v ON_ERROR_STOP=1 -d "${BENCH_DB:-postgres}" -f "${1:--}"
+}
+
+bench_value() {
+	as_test_user psql -X -q -At -v ON_ERROR_STOP=1 -d "${BENCH_DB:-postgres}" -c "$1"
+}
+
+bench_system() {
+	as_test_user psql -X -q -d postgres -c "ALTER SYSTEM $1" \
+		-c "SELECT pg_reload_conf()" >/dev/null
 }
 
 bench_tps() {

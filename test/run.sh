@@ -47,6 +47,8 @@ IDEM_PACKAGES+=(libipc-run-perl nodejs curl python3 python3-psycopg python3-psyc
 IDEM_PACKAGES+=(golang-go golang-github-jackc-pgx-v4-dev default-jdk-headless
 	libpostgresql-jdbc-java socat pgbouncer)
 command -v npm >/dev/null || IDEM_PACKAGES+=(npm)
+# The postgres_exporter queries file's check (test/scripts/monitoring_queries.sh)
+IDEM_PACKAGES+=(python3-yaml)
 
 # The worker stays paused on the suite's cluster: the SQL tests create expired
 # and overdue records on purpose and look at them.  The worker's own tests

@@ -12,6 +12,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use IPC::Run;
 
 my $node = PostgreSQL::Test::Cluster->new('worker_status');
 $node->init;
@@ -139,6 +140,76 @@ my $log = slurp_file($node->logfile);
 unlike($log, qr/LOG:  idempotency worker for database \w+: deleted 0 expired records, flagged 0 stuck, reconciled 0 \(0 failed\)/,
 	'a pass that did nothing is not logged at LOG');
 
+# The README's alert queries (the ```sql blocks that start with
+# "-- alert:"), run as a monitoring role set up as the README says
+my $readme = slurp_file('../README.md');
+my %alerts = $readme =~ /^```sql\n-- alert: ([^\n]+)\n(.*?)^```$/msg;
+is(scalar(keys %alerts), 3, 'the README has three alert queries')
+  or diag(join("\n", keys %alerts));
+$node->safe_psql(
+	'app', q{
+CREATE ROLE monitor LOGIN IN ROLE pg_read_all_stats;
+GRANT USAGE ON SCHEMA public TO monitor;
+});
+sub alerts_firing
+{
+	my @firing;
+	for my $name (sort keys %alerts)
+	{
+		my $rows = $node->safe_psql('app', $alerts{$name},
+			extra_params => [ '-U', 'monitor' ]);
+		push @firing, "$name: $rows" if $rows ne '';
+	}
+	return join("\n", @firing);
+}
+is(alerts_firing(), '', 'healthy: no alert fires');
+
+# The worker paused for more than three intervals, an expired record it
+# has not deleted, a record stuck processing: each alert fires
+set_conf('idempotency.enabled = off');
+$node->safe_psql(
+	'app', q{
+SELECT idem_reserve('pay', 'late', ttl => '1 hour'), idem_complete('pay', 'late');
+UPDATE idem_keys SET expires_at = now() - interval '1 hour' WHERE key = 'late';
+SELECT idem_reserve('pay', 'lost');
+UPDATE idem_keys SET updated_at = now() - interval '1 hour' WHERE key = 'lost';
+});
+sleep(4);
+my $firing = alerts_firing();
+like($firing, qr/^the sweeper is behind: 1\|/m, 'the sweeper alert fires with the backlog count');
+like($firing, qr/^this database has not been maintained for 3 sweep intervals: app\|/m,
+	'the maintenance alert fires for the database');
+like($firing, qr/^stuck records are waiting for reconciliation: 1\|/m,
+	'the stuck alert fires with the count');
+
+# Running again, the worker clears the first two; releasing the key the last
+set_conf('idempotency.enabled = on');
+ok( defined wait_for(
+		'app', q{SELECT count(*) = 0 FROM idem_keys WHERE key = 'late'}, 15),
+	'resumed, the worker deletes the expired record');
+ok( defined wait_for(
+		'app', q{SELECT last_pass_end > now() - interval '2 s' FROM idem_worker_status WHERE datname = 'app'}, 15),
+	'and maintains the database again');
+like(alerts_firing(), qr/\Astuck records are waiting for reconciliation: 1\|[^\n]*\z/,
+	'only the stuck alert still fires');
+$node->safe_psql('app', q{SELECT idem_release('pay', 'lost')});
+is(alerts_firing(), '', 'released, no alert fires');
+
+# The exporter's queries file against the live worker: every query, with
+# rows, columns as declared
+my ($py_out, $py_err) = (q{}, q{});
+IPC::Run::run(
+	[
+		'python3', 'scripts/lib/exporter_queries.py',
+		'../examples/monitoring/queries.yaml',
+		'host=' . $node->host . ' port=' . $node->port . ' dbname=app user=monitor',
+		'--rows', 'idem_worker', 'idem_stats', 'idem_backlog'
+	],
+	'>', \$py_out, '2>', \$py_err);
+is($? >> 8, 0, 'the postgres_exporter queries run against the live worker')
+  or diag("$py_out$py_err");
+like($py_out, qr/^ok idem_worker: 15 metrics, [1-9]\d* rows$/m, 'the worker query returns its rows');
+
 # idempotency.log_pass_min_duration = -1: a pass that deletes is not logged
 set_conf(q{idempotency.log_pass_min_duration = -1});
 sleep(1);
@@ -156,11 +227,7 @@ unlike($log, qr/idempotency worker for database app: deleted/,
 set_conf(q{idempotency.log_pass_min_duration = 0});
 
 # Readers: pg_read_all_stats, as for idem_stats; nobody else
-$node->safe_psql(
-	'app', q{
-CREATE ROLE nobody LOGIN;
-CREATE ROLE monitor LOGIN IN ROLE pg_read_all_stats;
-});
+$node->safe_psql('app', q{CREATE ROLE nobody LOGIN});
 my ($rc, $out, $err) = $node->psql('app', 'SELECT * FROM idem_worker_status',
 	extra_params => [ '-U', 'nobody' ]);
 like($err, qr/permission denied for view idem_worker_status/,

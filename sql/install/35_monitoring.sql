@@ -53,3 +53,27 @@ COMMENT ON VIEW @extschema@.idem_worker_status IS
 REVOKE ALL ON @extschema@.idem_worker_status FROM PUBLIC;
 GRANT SELECT ON @extschema@.idem_worker_status TO pg_read_all_stats;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_worker_status() TO pg_read_all_stats;
+
+-- What the maintenance has not done yet, for alerts: completed records past
+-- expires_at that are not deleted yet (the sweeper's backlog), and the
+-- records of idem_stuck.  Read with the view owner's rights, so a
+-- monitoring role needs no access to idem_keys itself.
+CREATE VIEW @extschema@.idem_backlog AS
+SELECT e.expired,
+	e.oldest_expired,
+	s.stuck,
+	s.oldest_stuck
+FROM (SELECT pg_catalog.count(*) AS expired,
+			 pg_catalog.min(k.expires_at) AS oldest_expired
+	  FROM @extschema@.idem_keys k
+	  WHERE k.status OPERATOR(pg_catalog.=) 'completed'::pg_catalog.text
+		AND k.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()) e,
+	 (SELECT pg_catalog.count(*) AS stuck,
+			 pg_catalog.min(t.updated_at) AS oldest_stuck
+	  FROM @extschema@.idem_stuck t) s;
+
+COMMENT ON VIEW @extschema@.idem_backlog IS
+	'expired completed records not deleted yet, and records whose outcome is unknown (idem_stuck): how many, and the oldest';
+
+REVOKE ALL ON @extschema@.idem_backlog FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_backlog TO pg_read_all_stats;
