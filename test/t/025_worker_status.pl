@@ -13,6 +13,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 use IPC::Run;
+use FindBin;
+
+# The source tree, wherever prove runs from
+my $root = "$FindBin::Bin/../..";
 
 my $node = PostgreSQL::Test::Cluster->new('worker_status');
 $node->init;
@@ -142,7 +146,7 @@ unlike($log, qr/LOG:  idempotency worker for database \w+: deleted 0 expired rec
 
 # The README's alert queries (the ```sql blocks that start with
 # "-- alert:"), run as a monitoring role set up as the README says
-my $readme = slurp_file('../README.md');
+my $readme = slurp_file("$root/README.md");
 my %alerts = $readme =~ /^```sql\n-- alert: ([^\n]+)\n(.*?)^```$/msg;
 is(scalar(keys %alerts), 3, 'the README has three alert queries')
   or diag(join("\n", keys %alerts));
@@ -200,8 +204,8 @@ is(alerts_firing(), '', 'released, no alert fires');
 my ($py_out, $py_err) = (q{}, q{});
 IPC::Run::run(
 	[
-		'python3', 'scripts/lib/exporter_queries.py',
-		'../examples/monitoring/queries.yaml',
+		'python3', "$root/test/scripts/lib/exporter_queries.py",
+		"$root/examples/monitoring/queries.yaml",
 		'host=' . $node->host . ' port=' . $node->port . ' dbname=app user=monitor',
 		'--rows', 'idem_worker', 'idem_stats', 'idem_backlog'
 	],
