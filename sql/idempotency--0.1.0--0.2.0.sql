@@ -118,6 +118,7 @@ COMMENT ON FUNCTION @extschema@.idem_reconcilers_check() IS
 CREATE TRIGGER idem_reconcilers_check
 	BEFORE INSERT OR UPDATE ON @extschema@.idem_reconcilers
 	FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_reconcilers_check();
+
 -- What the maintenance has not done yet, for alerts: completed records past
 -- expires_at that are not deleted yet (the sweeper's backlog), and the
 -- records of idem_stuck.  Read with the view owner's rights, so a
