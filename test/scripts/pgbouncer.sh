@@ -8,6 +8,7 @@
 # server connections are shared between the clients' transactions; payments
 # are counted in the database.  Then statement pooling: idem_call, one
 # statement, works under a storm of its own; a transaction block is refused.
+# And session pooling: LISTEN idem_stuck gets the worker's notifications.
 source test/scripts/lib/examples.sh
 source test/scripts/lib/http_contract.sh
 hc_setup pgbouncer
@@ -32,6 +33,7 @@ cat >"$BDIR/pgbouncer.ini" <<EOF
 [databases]
 $PGDATABASE = host=$PGHOST port=$PGPORT dbname=$PGDATABASE pool_size=2
 statement_pool = host=$PGHOST port=$PGPORT dbname=$PGDATABASE pool_size=2 pool_mode=statement
+session_pool = host=$PGHOST port=$PGPORT dbname=$PGDATABASE pool_size=2 pool_mode=session
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -132,8 +134,25 @@ ex_check "pgbouncer refuses it" \
 	"$(grep -c 'transaction blocks not allowed in statement pooling mode' <<<"$out")" 1
 ex_check "nothing reserved" "$(ex_value "SELECT count(*) FROM idem_keys WHERE key = 'stmt-2'")" 0
 
+echo "== session pooling: LISTEN idem_stuck"
+# The listener keeps its server connection for its whole session; it prints
+# the notifications that arrived during pg_sleep when that returns
+printf '%s\n' 'LISTEN idem_stuck;' 'SELECT pg_sleep(3);' |
+	psql -X -q -A -t -h "$BDIR" -p "$BPORT" -U idem_example_http_app -d session_pool \
+		>"$HC_TMP/listen" 2>&1 &
+listener=$!
+ex_wait_for "the listener" "SELECT EXISTS (SELECT FROM pg_stat_activity
+	WHERE usename = 'idem_example_http_app' AND query LIKE 'SELECT pg_sleep(3)%')" || true
+ex_sql -c 'DELETE FROM idem_keys'
+ex_sql -c "SELECT outcome FROM idem_reserve('session-pay', 'sess-1', '{}', scope => 'acct-1')" >/dev/null
+ex_sql -c "UPDATE idem_keys SET updated_at = updated_at - interval '1 day' WHERE key = 'sess-1'"
+ex_check "records flagged stuck" "$(ex_value "SELECT idem_flag_stuck()")" 1
+wait "$listener" || true
+ex_check "the listener got the notification" \
+	"$(grep -c 'Asynchronous notification "idem_stuck" with payload ".*sess-1.*" received' "$HC_TMP/listen")" 1
+
 if [ "$EX_FAILED" != 0 ]; then
-	echo "pgbouncer log:"
-	sed 's/^/  /' "$BDIR/pgbouncer.log"
+	echo "pgbouncer log (the end):"
+	tail -40 "$BDIR/pgbouncer.log" | sed 's/^/  /'
 fi
 ex_finish
