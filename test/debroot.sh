@@ -212,15 +212,22 @@ debroot_unmount() {
 	exit $rc
 }
 
-# Run a command as root in a throwaway overlay of root NAME
+# Run a command as root in a throwaway overlay of root NAME; one run of a
+# root at a time (they share its apt archive cache)
 debroot_run() {
-	local name=$1 run rc=0
+	local name=$1 run rc=0 lock
 	shift
 	debroot_make "$name" >/dev/null || return 1
+	exec {lock}>>"$IDEM_ROOTS/$name/lock"
+	if ! flock -n "$lock"; then
+		echo "debroot: waiting for another run of $name to end" >&2
+		flock "$lock"
+	fi
 	run=$(mktemp -d "$IDEM_ROOTS/$name/run.XXXXXX")
 	unshare --mount --pid --fork --propagation private \
 		bash "${BASH_SOURCE[0]}" __inner "$name" "$run" "$@" || rc=$?
 	rm -rf "$run"
+	exec {lock}>&-
 	return $rc
 }
 
