@@ -493,7 +493,7 @@ idem_stats_reset(PG_FUNCTION_ARGS)
 /*
  * The databases that have entries, palloc'd; their number.  The launcher
  * lists them before it reads pg_database, and hands those it did not find
- * there to IdemStatsForgetDatabase (see ForgetDroppedDatabases in
+ * there to IdemStatsForgetDatabase (see ScanDatabases in
  * worker.c).
  */
 int

@@ -201,7 +201,7 @@ IdemStatusReportPass(Oid dboid, TimestampTz start, TimestampTz end,
 
 /*
  * The databases that have an entry, palloc'd; their number.  The launcher
- * lists them before it reads pg_database (see ForgetDroppedDatabases in
+ * lists them before it reads pg_database (see ScanDatabases in
  * worker.c).
  */
 int

@@ -293,8 +293,20 @@ QueueDatabase(Form_pg_database db)
 	queue_len++;
 }
 
+/* Forget the entries of the known databases that are not among the live ones */
+static void
+ForgetDroppedDatabases(const Oid *known, int nknown, const Oid *live, int nlive,
+					   void (*forget) (Oid dboid))
+{
+	int			i;
+
+	for (i = 0; i < nknown; i++)
+		if (!OidInList(known[i], live, nlive))
+			forget(known[i]);
+}
+
 /*
- * Read pg_database.  With queue, queue every database a worker may visit,
+ * Read pg_database.  With queue_them, queue every database a worker may visit,
  * unless queued or visited now.  Always forget the shared-memory entries
  * (statistics, worker status) of databases that are gone: the databases
  * having entries are listed before the catalog snapshot is taken, so one
@@ -314,7 +326,6 @@ ScanDatabases(bool queue_them)
 	Oid		   *live;
 	int			nlive = 0;
 	int			live_cap = 16;
-	int			i;
 
 	nstats = IdemStatsDatabases(&stats_dbs);
 	nstatus = IdemStatusDatabases(&status_dbs);
@@ -347,12 +358,8 @@ ScanDatabases(bool queue_them)
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 
-	for (i = 0; i < nstats; i++)
-		if (!OidInList(stats_dbs[i], live, nlive))
-			IdemStatsForgetDatabase(stats_dbs[i]);
-	for (i = 0; i < nstatus; i++)
-		if (!OidInList(status_dbs[i], live, nlive))
-			IdemStatusForgetDatabase(status_dbs[i]);
+	ForgetDroppedDatabases(stats_dbs, nstats, live, nlive, IdemStatsForgetDatabase);
+	ForgetDroppedDatabases(status_dbs, nstatus, live, nlive, IdemStatusForgetDatabase);
 
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(launcher_cxt);
