@@ -9,15 +9,17 @@
  *
  * Locking rules
  * -------------
- *	- Every call first reads the record with a dirty snapshot (as unique
+ *	- Every call reads the record with a dirty snapshot (as unique
  *	  checks do): it sees committed rows whatever the caller's snapshot, and
  *	  rows other open transactions are inserting, updating or deleting.
  *	- idem_reserve never waits.  A row another transaction is writing is
  *	  in_progress (mismatch if its fingerprint differs); a committed live
  *	  row decides by itself (replay, stuck, mismatch, in_progress).
- *	- To create or renew a record it takes the key lock (an advisory lock
- *	  of the key's hash) without waiting, reads again, writes, and releases
- *	  the lock at once: from then on its uncommitted row speaks for the key.
+ *	- Each reservation takes the key lock (an advisory lock of the key's
+ *	  hash) without waiting, reads, writes if it must, and releases the lock
+ *	  at once: from then on its uncommitted row speaks for the key.  One
+ *	  that finds the lock taken reads all the same and answers from what it
+ *	  sees, in_progress unless a live record decides.
  *	- Renewing an expired row first locks that row version without waiting:
  *	  a row another transaction locks or deletes answers in_progress.
  *	- idem_complete, idem_checkpoint, idem_release and idem_consume(wait)
@@ -26,8 +28,8 @@
  * The key lock is a heavyweight lock in the advisory lock space of the
  * database, tagged with a 64-bit hash of (scope, operation, key) and a
  * fourth field IDEM_LOCKTAG_SPACE (objsubid 26980 in pg_locks), so it never
- * collides with the application's advisory locks; held only around the
- * write, it lets a transaction reserve any number of keys.
+ * collides with the application's advisory locks; held only during one
+ * call, it lets a transaction reserve any number of keys.
  *
  * Times are statement times (statement_timestamp()): a record is created
  * then, and a completed record expires its ttl after its completion.
@@ -502,9 +504,18 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 	for (;;)
 	{
 		IdemRecord	rec;
-		KeySight	sight = LookAtKey(&table, req->scope, req->operation,
-									  req->key, req->now, &rec);
+		KeySight	sight;
 
+		/*
+		 * The key lock, without waiting (unless asked to): a reservation that
+		 * does not get it still looks, and answers from what it sees.
+		 */
+		if (!locked)
+			locked = LockAcquire(&tag, ExclusiveLock, false,
+								 (req->flags & IDEM_RESERVE_WAIT) == 0) != LOCKACQUIRE_NOT_AVAIL;
+
+		sight = LookAtKey(&table, req->scope, req->operation, req->key,
+						  req->now, &rec);
 		if (sight == SIGHT_BUSY)
 		{
 			/*
@@ -517,11 +528,8 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 			else if (req->flags & IDEM_RESERVE_WAIT)
 			{
 				/* Not holding the key lock while waiting: it guards writes only */
-				if (locked)
-				{
-					LockRelease(&tag, ExclusiveLock, false);
-					locked = false;
-				}
+				LockRelease(&tag, ExclusiveLock, false);
+				locked = false;
 				XactLockTableWait(rec.writer_xid, table.rel, &rec.tid, XLTW_None);
 				continue;
 			}
@@ -535,19 +543,15 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 			break;
 		}
 
-		/* Absent or expired: take the key lock, then look once more */
+		/*
+		 * Absent or expired.  Without the key lock, another reservation holds
+		 * it and is creating the record right now.
+		 */
 		if (!locked)
 		{
-			if (LockAcquire(&tag, ExclusiveLock, false,
-							(req->flags & IDEM_RESERVE_WAIT) == 0) == LOCKACQUIRE_NOT_AVAIL)
-			{
-				result->outcome = IDEM_IN_PROGRESS;
-				break;
-			}
-			locked = true;
-			continue;
+			result->outcome = IDEM_IN_PROGRESS;
+			break;
 		}
-
 		switch (ClaimKey(&table, sight, &rec, req))
 		{
 			case CLAIM_CHANGED:
