@@ -9,9 +9,12 @@ CREATE TABLE @extschema@.idem_keys (
 	operation		text		COLLATE "C" NOT NULL,
 	key				text		COLLATE "C" NOT NULL,
 	request_hash	bytea,
+	-- Every write evaluates this CHECK, and prepares it first: an array
+	-- constant is stored ready, where an IN list would be folded again at
+	-- each write.
 	status			text		NOT NULL
 		CONSTRAINT idem_keys_status_check
-		CHECK (status IN ('processing', 'completed', 'stuck')),
+		CHECK (status OPERATOR(pg_catalog.=) ANY ('{processing,completed,stuck}'::pg_catalog.text[])),
 	response_status	integer,
 	response		jsonb,
 	resource_id		text,
