@@ -76,39 +76,29 @@ RESET ROLE;
 -- Rows that got past the trigger (a superuser with session_replication_role
 -- = replica, a logical replica, a data-only restore with triggers off) are
 -- checked at the call: skipped with a WARNING, never called
+CREATE FUNCTION rc_force_handler(h text) RETURNS void LANGUAGE sql
+SET session_replication_role = replica AS $$
+	UPDATE public.idem_reconcilers SET handler = h
+$$;
 SELECT rc_stuck('h1');
-SET session_replication_role = replica;
-UPDATE idem_reconcilers SET handler = 'pg_catalog.array_typanalyze(internal)';
-RESET session_replication_role;
+SELECT rc_force_handler('pg_catalog.array_typanalyze(internal)');
 SELECT idem_reconcile();
-SET session_replication_role = replica;
-UPDATE idem_reconcilers SET handler = 'pg_catalog.int4recv(internal)';
-RESET session_replication_role;
+SELECT rc_force_handler('pg_catalog.int4recv(internal)');
 CALL idem_maintain();
-SET session_replication_role = replica;
-UPDATE idem_reconcilers SET handler = 'public.rc_jsonb(jsonb)';
-RESET session_replication_role;
+SELECT rc_force_handler('public.rc_jsonb(jsonb)');
 SELECT idem_reconcile();
-SET session_replication_role = replica;
-UPDATE idem_reconcilers SET handler = 'public.rc_proc(public.idem_keys)';
-RESET session_replication_role;
+SELECT rc_force_handler('public.rc_proc(public.idem_keys)');
 SELECT idem_reconcile();
 -- A row naming no function at all: PostgreSQL 15's to_regprocedure raises on
 -- bad syntax, and the reconciler counts as failed; from 16 on it answers NULL,
 -- and the row is skipped as naming no function (reconcilers_1.out)
-SET session_replication_role = replica;
-UPDATE idem_reconcilers SET handler = '-';
-RESET session_replication_role;
+SELECT rc_force_handler('-');
 SELECT idem_reconcile();
-SET session_replication_role = replica;
-UPDATE idem_reconcilers SET handler = 'no such (syntax';
-RESET session_replication_role;
+SELECT rc_force_handler('no such (syntax');
 SELECT idem_reconcile();
 -- Many stuck records of one operation: one WARNING per pass, not one each
 SELECT rc_stuck('h2'), rc_stuck('h3');
-SET session_replication_role = replica;
-UPDATE idem_reconcilers SET handler = 'pg_catalog.int4recv(internal)';
-RESET session_replication_role;
+SELECT rc_force_handler('pg_catalog.int4recv(internal)');
 SELECT idem_reconcile();
 SELECT count(*) AS calls FROM rc_calls;
 SELECT rc_status('h1') AS h1, rc_status('h2') AS h2, rc_status('h3') AS h3;
@@ -382,6 +372,6 @@ DROP OWNED BY regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_r
 DROP ROLE regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_rc_member;
 DROP FUNCTION rc_stuck(text), rc_status(text), rc_release(idem_keys), rc_jsonb(jsonb),
 	rc_gone(idem_keys), rc_ledger_check(idem_keys), rc_call_as_owner(regprocedure),
-	rc_try_call(regprocedure);
+	rc_try_call(regprocedure), rc_force_handler(text);
 DROP PROCEDURE rc_proc(idem_keys);
 DROP TABLE rc_calls, rc_secrets;
