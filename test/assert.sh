@@ -24,10 +24,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/debroot.sh"
 
-if [ "$(id -u)" != 0 ]; then
-	echo "assert: must run as root (debootstrap, mount, chroot)" >&2
-	exit 1
-fi
+debroot_need_root assert
 
 repo=$(cd "$here/.." && pwd)
 rev=$(git -C "$repo" rev-parse --verify "${IDEM_ASSERT_REV:-HEAD}^{commit}")

@@ -231,12 +231,17 @@ debroot_run() {
 	return $rc
 }
 
-debroot_main() {
-	set -euo pipefail
+# Stop unless running as root: debootstrap, mount and chroot need it
+debroot_need_root() {
 	if [ "$(id -u)" != 0 ]; then
-		echo "debroot: must run as root (debootstrap, mount, chroot)" >&2
+		echo "$1: must run as root (debootstrap, mount, chroot)" >&2
 		exit 1
 	fi
+}
+
+debroot_main() {
+	set -euo pipefail
+	debroot_need_root debroot
 	local cmd=${1:-}
 	shift || true
 	case "$cmd" in

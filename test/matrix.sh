@@ -24,10 +24,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/debroot.sh"
 
-if [ "$(id -u)" != 0 ]; then
-	echo "matrix: must run as root (debootstrap, mount, chroot)" >&2
-	exit 1
-fi
+debroot_need_root matrix
 
 # The PostgreSQL each root's suite ships
 declare -A PGVER_OF=([bookworm]=15 [trixie]=17 [sid]=18 [experimental]=19)
