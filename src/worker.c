@@ -659,28 +659,18 @@ ReportPass(const IdemPassCounts *counts, TimestampTz start, TimestampTz end)
 		ms >= idem_log_pass_min_duration)
 		elevel = LOG;
 
-	if (counts->stopped)
-		ereport(elevel,
-				(errmsg("%s: deleted %lld expired records, flagged %lld stuck, reconciled %lld (%lld failed) in %ld ms; %lld batches, longest %.3f ms; stopped early",
-						MyBgworkerEntry->bgw_name,
-						(long long) counts->deleted,
-						(long long) counts->flagged,
-						(long long) counts->reconciled,
-						(long long) counts->failed,
-						ms,
-						(long long) counts->batches,
-						counts->longest_batch_us / 1000.0)));
-	else
-		ereport(elevel,
-				(errmsg("%s: deleted %lld expired records, flagged %lld stuck, reconciled %lld (%lld failed) in %ld ms; %lld batches, longest %.3f ms",
-						MyBgworkerEntry->bgw_name,
-						(long long) counts->deleted,
-						(long long) counts->flagged,
-						(long long) counts->reconciled,
-						(long long) counts->failed,
-						ms,
-						(long long) counts->batches,
-						counts->longest_batch_us / 1000.0)));
+	ereport(elevel,
+			(errmsg("%s: deleted %lld expired records, flagged %lld stuck, reconciled %lld (%lld failed) in %ld ms; %lld batches, longest %.3f ms",
+					MyBgworkerEntry->bgw_name,
+					(long long) counts->deleted,
+					(long long) counts->flagged,
+					(long long) counts->reconciled,
+					(long long) counts->failed,
+					ms,
+					(long long) counts->batches,
+					counts->longest_batch_us / 1000.0),
+			 counts->stopped ?
+			 errdetail("The pass ended before its work was done: idempotency.enabled was turned off, or a command was waiting for the database.") : 0));
 }
 
 /* Entry point of a worker: one maintenance pass in one database */
