@@ -22,6 +22,9 @@
  *	  sees, in_progress unless a live record decides.
  *	- Renewing an expired row first locks that row version without waiting:
  *	  a row another transaction locks or deletes answers in_progress.
+ *	- Every update of a record (complete, checkpoint, flag, renew) takes the
+ *	  key lock for the write itself (records.c), so a reservation, which
+ *	  reads under it, sees the old version or the new one, never neither.
  *	- idem_complete, idem_checkpoint, idem_release and idem_consume(wait)
  *	  do wait: for the writer of the row, then for its row lock.
  *
@@ -42,7 +45,6 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -62,9 +64,6 @@ PG_FUNCTION_INFO_V1(idem_complete);
 PG_FUNCTION_INFO_V1(idem_release);
 PG_FUNCTION_INFO_V1(idem_checkpoint);
 PG_FUNCTION_INFO_V1(idem_lookup);
-
-/* Fourth field of our advisory lock tags: "id" */
-#define IDEM_LOCKTAG_SPACE	0x6964
 
 /* What a SQL-callable function caches across calls in fn_extra */
 typedef struct IdemFnCache
@@ -291,33 +290,6 @@ IdemFunctionNamespace(FunctionCallInfo fcinfo)
 	return GetFnCache(fcinfo)->nspid;
 }
 
-/* 64-bit hash of (scope, operation, key): the key lock's tag */
-static uint64
-KeyHash(text *scope, text *operation, text *key)
-{
-	uint64		h;
-
-	/* Separate the parts by their lengths so that ("a","bc") != ("ab","c") */
-	h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(key),
-							VARSIZE_ANY_EXHDR(key),
-							VARSIZE_ANY_EXHDR(operation));
-	h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(operation),
-							VARSIZE_ANY_EXHDR(operation), h);
-	h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(scope),
-							VARSIZE_ANY_EXHDR(scope),
-							h ^ ((uint64) VARSIZE_ANY_EXHDR(scope) << 32));
-	return h;
-}
-
-/* The key lock's tag for a key hash */
-static void
-KeyLockTag(LOCKTAG *tag, uint64 h)
-{
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 IDEM_LOCKTAG_SPACE);
-}
-
-
 /* The time the calls of this statement count from */
 static TimestampTz
 StatementTime(void)
@@ -499,7 +471,7 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 	memset(result, 0, sizeof(*result));
 	RecordsOpen(nspid, AccessShareLock, &table);
 	RecordsCheckReadable(&table);
-	KeyLockTag(&tag, KeyHash(req->scope, req->operation, req->key));
+	RecordsKeyLockTag(&tag, req->scope, req->operation, req->key);
 
 	for (;;)
 	{

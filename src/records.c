@@ -47,11 +47,13 @@
 #include "catalog/pg_extension.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
+#include "common/hashfn.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "parser/parse_relation.h"
 #include "storage/lmgr.h"
+#include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -614,6 +616,31 @@ StoreRow(IdemTable *table, TupleTableSlot *slot, IdemRow *row)
 	ItemPointerSetInvalid(&slot->tts_tid);
 }
 
+/* Fourth field of the key lock's advisory tag: "id" */
+#define IDEM_LOCKTAG_SPACE	0x6964
+
+/*
+ * The key lock's tag: a 64-bit hash of (scope, operation, key) in the
+ * advisory lock space of the database (see keys.c for who takes it).
+ */
+void
+RecordsKeyLockTag(LOCKTAG *tag, text *scope, text *operation, text *key)
+{
+	uint64		h;
+
+	/* Separate the parts by their lengths so that ("a","bc") != ("ab","c") */
+	h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(key),
+							VARSIZE_ANY_EXHDR(key),
+							VARSIZE_ANY_EXHDR(operation));
+	h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(operation),
+							VARSIZE_ANY_EXHDR(operation), h);
+	h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(scope),
+							VARSIZE_ANY_EXHDR(scope),
+							h ^ ((uint64) VARSIZE_ANY_EXHDR(scope) << 32));
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 IDEM_LOCKTAG_SPACE);
+}
+
 /* Insert a record with the columns set in row (the others NULL) */
 void
 RecordsInsert(IdemWriter *w, IdemRow *row)
@@ -641,12 +668,29 @@ RecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
 	TupleTableSlot *slot = w->row;
 	int			natts = slot->tts_tupleDescriptor->natts;
 
+	LOCKTAG		tag;
+
 	slot_getallattrs(w->locked);
 	ExecClearTuple(slot);
 	memcpy(slot->tts_values, w->locked->tts_values, natts * sizeof(Datum));
 	memcpy(slot->tts_isnull, w->locked->tts_isnull, natts * sizeof(bool));
 	StoreRow(w->table, slot, row);
+
+	/*
+	 * Unless the update is HOT, the new version gets a primary-key entry of
+	 * its own, and a reservation whose index scan read the key's entries
+	 * before it and the old version after this commits would see neither.
+	 * Reservations read under the key lock: hold it for the write, so they
+	 * see the old version or the new one.  The row is locked already, and
+	 * a reservation holds the key lock only while it reads and claims.
+	 */
+	RecordsKeyLockTag(&tag,
+					  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_SCOPE)),
+					  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_OPERATION)),
+					  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_KEY)));
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	ExecSimpleRelationUpdate(w->rri, w->estate, &w->epqstate, w->locked, slot);
+	LockRelease(&tag, ExclusiveLock, false);
 	if (ItemPointerIsValid(&slot->tts_tid))
 		return true;
 	if (report_skip)

@@ -14,6 +14,7 @@
 #include "access/tableam.h"
 #include "executor/executor.h"
 #include "nodes/lockoptions.h"
+#include "storage/lock.h"
 #include "utils/rel.h"
 
 #include "idempotency.h"
@@ -113,6 +114,8 @@ extern TM_Result RecordsLock(IdemWriter *w, ItemPointer tid,
 							 LockTupleMode mode, LockWaitPolicy policy);
 extern void RecordsInsert(IdemWriter *w, IdemRow *row);
 extern bool RecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip);
+extern void RecordsKeyLockTag(LOCKTAG *tag, text *scope, text *operation,
+							  text *key);
 extern bool RecordsDelete(IdemWriter *w, bool report_skip);
 
 extern void RowInit(IdemRow *row);
