@@ -12,9 +12,10 @@
  *	- Every call reads the record with a dirty snapshot (as unique
  *	  checks do): it sees committed rows whatever the caller's snapshot, and
  *	  rows other open transactions are inserting, updating or deleting.
- *	- idem_reserve never waits.  A row another transaction is writing is
- *	  in_progress (mismatch if its fingerprint differs); a committed live
- *	  row decides by itself (replay, stuck, mismatch, in_progress).
+ *	- idem_reserve never waits.  A row another transaction is writing or
+ *	  row-locking is in_progress (mismatch if its fingerprint differs); a
+ *	  committed live row decides by itself (replay, stuck, mismatch,
+ *	  in_progress).
  *	- Each reservation takes the key lock (an advisory lock of the key's
  *	  hash) without waiting, reads, writes if it must, and releases the lock
  *	  at once: from then on its uncommitted row speaks for the key.  One
@@ -512,6 +513,18 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 		if (sight == SIGHT_LIVE)
 		{
 			ClassifyRecord(&rec, req->hash, req->now, result);
+
+			/*
+			 * Another open transaction locking the record owns the key for
+			 * now (the contract): only a different fingerprint says more.
+			 * A caller that waits reads what is committed.
+			 */
+			if ((rec.flags & RECORD_LOCKED) && result->outcome != IDEM_MISMATCH &&
+				(req->flags & IDEM_RESERVE_WAIT) == 0)
+			{
+				memset(result, 0, sizeof(*result));
+				result->outcome = IDEM_IN_PROGRESS;
+			}
 			break;
 		}
 

@@ -40,6 +40,7 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/multixact.h"
 #include "access/table.h"
 #include "access/xact.h"
 #include "catalog/indexing.h"
@@ -53,6 +54,7 @@
 #include "nodes/makefuncs.h"
 #include "parser/parse_relation.h"
 #include "storage/lmgr.h"
+#include "storage/procarray.h"
 #include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
@@ -394,6 +396,34 @@ RecordsStatus(text *status)
 }
 
 /*
+ * Does another open transaction hold a row lock (FOR SHARE, FOR UPDATE, or
+ * the lock a writer takes first) on the version in slot?  A dirty snapshot
+ * sees through lock-only xmax, so look at the tuple header, as
+ * heap_lock_tuple does.  Only a hint: the lock may end right after.
+ */
+static bool
+LockedByOther(TupleTableSlot *slot)
+{
+	bool		should_free;
+	HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+	uint16		infomask = tuple->t_data->t_infomask;
+	TransactionId xmax = HeapTupleHeaderGetRawXmax(tuple->t_data);
+	bool		locked = false;
+
+	if (!(infomask & HEAP_XMAX_INVALID) && HEAP_XMAX_IS_LOCKED_ONLY(infomask))
+	{
+		if (infomask & HEAP_XMAX_IS_MULTI)
+			locked = MultiXactIdIsRunning(xmax, true);
+		else
+			locked = !TransactionIdIsCurrentTransactionId(xmax) &&
+				TransactionIdIsInProgress(xmax);
+	}
+	if (should_free)
+		heap_freetuple(tuple);
+	return locked;
+}
+
+/*
  * Copy the row in slot, read with snapshot, into rec in the current memory
  * context.  With a dirty snapshot, the row's writer (an open transaction
  * inserting, updating or deleting it) is what the snapshot reported.
@@ -440,6 +470,8 @@ RecordsFromSlot(IdemTable *table, TupleTableSlot *slot, Snapshot snapshot,
 			snapshot->xmin : snapshot->xmax;
 		if (TransactionIdIsValid(rec->writer_xid))
 			rec->flags |= RECORD_BUSY;
+		else if (LockedByOther(slot))
+			rec->flags |= RECORD_LOCKED;
 	}
 	rec->tid = slot->tts_tid;
 }

@@ -48,6 +48,7 @@ typedef enum IdemStatus
 /* How a record stands to the transaction that read it */
 #define RECORD_MINE			0x01	/* written by the current transaction */
 #define RECORD_BUSY			0x02	/* another open transaction is writing it */
+#define RECORD_LOCKED		0x04	/* another open transaction holds a row lock on it */
 
 /* A record as read from idem_keys, copied into the caller's memory context */
 typedef struct IdemRecord
