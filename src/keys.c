@@ -470,7 +470,7 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 	bool		locked = false;
 
 	memset(result, 0, sizeof(*result));
-	RecordsOpen(nspid, AccessShareLock, &table);
+	RecordsOpen(nspid, req->scope, AccessShareLock, &table);
 	RecordsCheckReadable(&table);
 	RecordsKeyLockTag(&tag, req->scope, req->operation, req->key);
 
@@ -724,7 +724,7 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 	IdemWriter	w;
 	IdemRecord	rec;
 
-	RecordsOpen(nspid, RowExclusiveLock, &table);
+	RecordsOpen(nspid, scope, RowExclusiveLock, &table);
 	RecordsCheckReadable(&table);
 	RecordsWriterBegin(&table, ACL_UPDATE,
 					   action == ACTION_COMPLETE ? "idem_complete()" : "idem_checkpoint()",
@@ -790,7 +790,7 @@ IdemRelease(Oid nspid, text *scope, text *operation, text *key)
 	IdemRecord	rec;
 	bool		found;
 
-	RecordsOpen(nspid, RowExclusiveLock, &table);
+	RecordsOpen(nspid, scope, RowExclusiveLock, &table);
 	RecordsCheckReadable(&table);
 	RecordsWriterBegin(&table, ACL_DELETE, "idem_release()", &w);
 	found = LockLiveRecord(&w, LockTupleExclusive, ACTION_RELEASE, scope,
@@ -951,7 +951,8 @@ idem_lookup(PG_FUNCTION_ARGS)
 		funcctx = SRF_FIRSTCALL_INIT();
 		oldcxt = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
 		/* Not IdemFunctionNamespace: the SRF machinery owns fn_extra */
-		RecordsOpen(get_func_namespace(fcinfo->flinfo->fn_oid), AccessShareLock, &table);
+		RecordsOpen(get_func_namespace(fcinfo->flinfo->fn_oid), scope,
+					AccessShareLock, &table);
 		RecordsCheckReadable(&table);
 		row = palloc(sizeof(Datum));
 		if (RecordsFetch(&table, GetActiveSnapshot(), scope, operation, key, &rec, row) &&

@@ -288,7 +288,7 @@ OpenCatalog(Oid nspid)
 			return false;
 	}
 
-	if (!RecordsTryOpen(nspid, RowExclusiveLock, &table))
+	if (!RecordsTryOpen(nspid, NULL, RowExclusiveLock, &table))
 	{
 		if (quiet)
 			return false;
@@ -455,7 +455,7 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 	OpCounts	oc;
 	int64		deleted = 0;
 
-	RecordsOpen(cat->nspid, RowExclusiveLock, &table);
+	RecordsOpen(cat->nspid, NULL, RowExclusiveLock, &table);
 	RecordsCheckReadable(&table);
 	RecordsWriterBegin(&table, ACL_DELETE, "idem_sweep()", &w);
 	index = index_open(cat->expires_indexid, AccessShareLock);
@@ -550,7 +550,7 @@ FlagBatch(int batch_size, TimestampTz cutoff)
 	OpCounts	oc;
 	int64		flagged = 0;
 
-	RecordsOpen(maint_catalog.nspid, RowExclusiveLock, &table);
+	RecordsOpen(maint_catalog.nspid, NULL, RowExclusiveLock, &table);
 	RecordsCheckReadable(&table);
 	RecordsWriterBegin(&table, ACL_UPDATE, "idem_flag_stuck()", &w);
 

@@ -13,6 +13,19 @@
  * committed while we waited for the lock leaves a clean ERROR, never an
  * attempt to open a relation that is gone.
  *
+ * Where a scope's records live (RecordsResolve, the one place that says):
+ * without Citus in the database, in idem_keys itself; that check is one
+ * cached boolean, forgotten when pg_extension changes.  With Citus, only
+ * idem_keys distributed by scope (idem_distribute) is supported: a scope's
+ * records live in its shard, a plain table on the node that holds it, and
+ * a call reads and writes that shard relation, in the caller's transaction,
+ * under the shard's metadata lock that Citus's own writers take (ShareLock;
+ * a shard move holds it exclusively while it copies, so no record is
+ * written behind the copy).  The shell of the distributed table never
+ * holds a record: a call on a node that does not hold the scope's shard is
+ * an ERROR, as is a non-distributed idem_keys next to Citus, whose writes
+ * Citus cannot see and so would commit apart from the effect's.
+ *
  * The layout: the columns are found by name and checked by type once per
  * relcache entry of idem_keys (a relcache callback forgets the layout when
  * the table changes), and so is the primary key on (scope, operation, key).
@@ -48,6 +61,8 @@
 #include "catalog/pg_extension.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
 #include "common/hashfn.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
@@ -114,12 +129,49 @@ typedef struct IdemLayout
 static IdemLayout idem_layout;
 static bool idem_layout_callback = false;
 
+/* Whether idem_keys is distributed by Citus, for one relid (IsDistributed) */
+typedef struct IdemDistribution
+{
+	bool		valid;
+	Oid			relid;
+	bool		distributed;
+	uint64		generation;		/* relcache_generation when it was read */
+} IdemDistribution;
+
+static IdemDistribution distribution;
+static uint64 relcache_generation = 0;
+
+/* Counts changes of pg_extension, for CitusInstalled */
+static bool extension_callback = false;
+static uint64 extension_generation = 0;
+static uint64 citus_checked_generation = 0;
+
 /* Relcache callback: forget the layout when idem_keys (or everything) changes */
 static void
 LayoutInvalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == idem_layout.relid)
 		idem_layout.valid = false;
+	if (relid == InvalidOid || relid == distribution.relid)
+		relcache_generation++;
+}
+
+/* Register LayoutInvalidate, once per backend */
+static void
+RegisterRelcacheCallback(void)
+{
+	if (!idem_layout_callback)
+	{
+		CacheRegisterRelcacheCallback(LayoutInvalidate, (Datum) 0);
+		idem_layout_callback = true;
+	}
+}
+
+/* Syscache callback: pg_extension changed, Citus may have come or gone */
+static void
+ExtensionInvalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	extension_generation++;
 }
 
 /* Raise the error for an idem_keys that is not there (any more) */
@@ -271,11 +323,7 @@ ResolveLayout(Relation rel)
 	int			i;
 	int			c;
 
-	if (!idem_layout_callback)
-	{
-		CacheRegisterRelcacheCallback(LayoutInvalidate, (Datum) 0);
-		idem_layout_callback = true;
-	}
+	RegisterRelcacheCallback();
 
 	for (i = 0; i < desc->natts; i++)
 	{
@@ -307,24 +355,224 @@ ResolveLayout(Relation rel)
 }
 
 /*
- * Open idem_keys of the extension in schema nspid with lockmode, held until
- * the end of the transaction, and resolve its layout; false when there is
- * no such table, or it was dropped while we waited for its lock (see the
- * file header).  A table whose layout is wrong raises an ERROR.
+ * Is Citus installed in this database?  Cached until pg_extension changes;
+ * an invalidation that arrives during the lookup leaves nothing cached.
  */
-bool
-RecordsTryOpen(Oid nspid, LOCKMODE lockmode, IdemTable *table)
+static bool
+CitusInstalled(void)
+{
+	static bool known = false;
+	static bool installed = false;
+	uint64		generation;
+
+	if (!extension_callback)
+	{
+		CacheRegisterSyscacheCallback(EXTENSIONOID, ExtensionInvalidate, (Datum) 0);
+		extension_callback = true;
+	}
+	if (known && extension_generation == citus_checked_generation)
+		return installed;
+	generation = extension_generation;
+	installed = OidIsValid(get_extension_oid("citus", true));
+	known = true;
+	citus_checked_generation = generation;
+	return installed;
+}
+
+/*
+ * Raise the error for idem_keys next to Citus but not distributed by scope:
+ * its writes would commit apart from the effects on the workers.
+ */
+static void
+ReportUndistributedTable(Relation rel)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("table \"idem_keys\" must be distributed by scope when Citus is installed"),
+			 errdetail("Citus cannot see the writes of the extension to a table that is not distributed, so a record could commit apart from its effect."),
+			 errhint("Distribute it next to the tenant's table with SELECT %s.idem_distribute('your_table').",
+					 quote_identifier(get_namespace_name(RelationGetNamespace(rel))))));
+}
+
+/* The prepared statement of ShardOfScope, kept for the session */
+static SPIPlanPtr shard_plan = NULL;
+
+/*
+ * The shard of the distributed idem_keys relid that holds scope, and its
+ * relation when this node holds it (InvalidOid otherwise), read with the
+ * latest snapshot so that a shard move committed meanwhile is seen.
+ */
+static int64
+ShardOfScope(Oid relid, text *scope, Oid *shard_relid)
+{
+	Datum		values[2] = {ObjectIdGetDatum(relid), PointerGetDatum(scope)};
+	Oid			types[2] = {REGCLASSOID, TEXTOID};
+	bool		isnull;
+	int64		shardid;
+	int			rc;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (shard_plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(
+			"SELECT s.id, CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_dist_placement p"
+			" WHERE p.shardid OPERATOR(pg_catalog.=) s.id"
+			" AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g))"
+			" THEN pg_catalog.to_regclass(pg_catalog.shard_name($1, s.id, false))::pg_catalog.oid END"
+			" FROM (SELECT pg_catalog.get_shard_id_for_distribution_column($1, $2) AS id) s",
+			2, types);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+		shard_plan = plan;
+	}
+	rc = SPI_execute_snapshot(shard_plan, values, NULL, GetLatestSnapshot(),
+							  InvalidSnapshot, true, false, 1);
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not find the shard of scope \"%s\"", text_to_cstring(scope));
+	shardid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull)
+		elog(ERROR, "could not find the shard of scope \"%s\"", text_to_cstring(scope));
+	*shard_relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
+												  SPI_tuptable->tupdesc, 2, &isnull));
+	if (isnull)
+		*shard_relid = InvalidOid;
+	SPI_finish();
+	return shardid;
+}
+
+/* Fifth field of Citus's advisory lock on a shard's metadata */
+#define CITUS_SHARD_METADATA_LOCK	4
+
+/*
+ * The local shard relation of the distributed idem_keys relid that holds
+ * scope, locked with lockmode, under the shard's metadata lock (see the
+ * file header); an ERROR when this node does not hold it.
+ */
+static Oid
+LocalShardOfScope(Relation rel, text *scope, LOCKMODE lockmode)
+{
+	Oid			relid = RelationGetRelid(rel);
+	Oid			shard_relid;
+	int64		shardid = ShardOfScope(relid, scope, &shard_relid);
+
+	for (;;)
+	{
+		LOCKTAG		tag;
+		int64		again;
+
+		SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (shardid >> 32),
+							 (uint32) shardid, CITUS_SHARD_METADATA_LOCK);
+		(void) LockAcquire(&tag, ShareLock, false, false);
+		/* a move or a split may have committed while we waited */
+		again = ShardOfScope(relid, scope, &shard_relid);
+		if (again == shardid)
+			break;
+		shardid = again;
+	}
+	if (OidIsValid(shard_relid))
+	{
+		LockRelationOid(shard_relid, lockmode);
+		if (SearchSysCacheExists1(RELOID, ObjectIdGetDatum(shard_relid)))
+			return shard_relid;
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("the records of scope \"%s\" are not on this node",
+					text_to_cstring(scope)),
+			 errdetail("Shard " INT64_FORMAT " of the distributed table \"idem_keys\" holds them, and this node has no placement of it.",
+					   shardid),
+			 errhint("Call the function with the scope as a constant so that Citus delegates it to the node of the shard, or connect to that node.")));
+	return InvalidOid;			/* keep compiler quiet */
+}
+
+/*
+ * Is the idem_keys relid distributed by hash (scope), as idem_distribute
+ * makes it?  Cached until its relcache entry is invalidated, which Citus
+ * does whenever it changes its metadata.
+ */
+static bool
+IsDistributed(Relation rel)
+{
+	Oid			relid = RelationGetRelid(rel);
+	Datum		values[1] = {ObjectIdGetDatum(relid)};
+	Oid			types[1] = {OIDOID};
+	uint64		generation = relcache_generation;
+	bool		distributed;
+	int			rc;
+
+	RegisterRelcacheCallback();
+	if (distribution.valid && distribution.relid == relid &&
+		distribution.generation == generation)
+		return distribution.distributed;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute_with_args("SELECT FROM pg_catalog.pg_dist_partition"
+							   " WHERE logicalrelid OPERATOR(pg_catalog.=) $1"
+							   " AND partmethod OPERATOR(pg_catalog.=) 'h'",
+							   1, types, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+	distributed = SPI_processed > 0;
+	SPI_finish();
+
+	distribution.relid = relid;
+	distribution.distributed = distributed;
+	distribution.generation = generation;
+	distribution.valid = true;
+	return distributed;
+}
+
+/*
+ * The one answer to "which relation holds the records of scope": the OID
+ * of idem_keys of the extension in schema nspid, or, with Citus, of the
+ * local shard of idem_keys that holds scope (see the file header); locked
+ * with lockmode until the end of the transaction.  InvalidOid when there is
+ * no idem_keys, or it was dropped while we waited for its lock.  A NULL
+ * scope asks for idem_keys itself, for the maintenance of its records.
+ */
+Oid
+RecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode)
 {
 	Oid			relid = get_relname_relid("idem_keys", nspid);
+	Relation	rel;
+	Oid			shard;
 
 	if (!OidIsValid(relid))
-		return false;
+		return InvalidOid;
 	LockRelationOid(relid, lockmode);
 	if (get_relname_relid("idem_keys", nspid) != relid)
 	{
 		UnlockRelationOid(relid, lockmode);
-		return false;
+		return InvalidOid;
 	}
+	if (scope == NULL || !CitusInstalled())
+		return relid;
+
+	rel = table_open(relid, NoLock);
+	if (!IsDistributed(rel))
+		ReportUndistributedTable(rel);
+	shard = LocalShardOfScope(rel, scope, lockmode);
+	table_close(rel, NoLock);
+	return shard;
+}
+
+/*
+ * Open the relation that holds the records of scope (RecordsResolve) with
+ * lockmode, held until the end of the transaction, and resolve its layout;
+ * false when there is no idem_keys, or it was dropped while we waited for
+ * its lock (see the file header).  A table whose layout is wrong raises an
+ * ERROR.
+ */
+bool
+RecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode, IdemTable *table)
+{
+	Oid			relid = RecordsResolve(nspid, scope, lockmode);
+
+	if (!OidIsValid(relid))
+		return false;
 
 	table->rel = table_open(relid, NoLock);
 	table->lockmode = lockmode;
@@ -337,9 +585,9 @@ RecordsTryOpen(Oid nspid, LOCKMODE lockmode, IdemTable *table)
 
 /* RecordsTryOpen, with an ERROR when the table is not there */
 void
-RecordsOpen(Oid nspid, LOCKMODE lockmode, IdemTable *table)
+RecordsOpen(Oid nspid, text *scope, LOCKMODE lockmode, IdemTable *table)
 {
-	if (!RecordsTryOpen(nspid, lockmode, table))
+	if (!RecordsTryOpen(nspid, scope, lockmode, table))
 		ReportMissingTable();
 }
 

@@ -97,8 +97,11 @@ typedef struct IdemRow
 	bool		set[IDEM_NUM_COLUMNS];
 } IdemRow;
 
-extern bool RecordsTryOpen(Oid nspid, LOCKMODE lockmode, IdemTable *table);
-extern void RecordsOpen(Oid nspid, LOCKMODE lockmode, IdemTable *table);
+extern Oid	RecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode);
+extern bool RecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode,
+						   IdemTable *table);
+extern void RecordsOpen(Oid nspid, text *scope, LOCKMODE lockmode,
+						IdemTable *table);
 extern void RecordsClose(IdemTable *table);
 extern void RecordsCheckReadable(IdemTable *table);
 extern bool RecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
