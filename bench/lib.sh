@@ -58,3 +58,79 @@ ratio() {
 bench_row() {
 	printf '| %s | %.0f | %s |\n' "$1" "${TPS[$2]}" "$(ratio "$2" "$3")"
 }
+
+# The load generator (bench/loadgen.c) and redis-server, for the suites that
+# need one client program for every variant (80_contention, 85_storm,
+# 90_faults, 95_scale):
+#
+#   bench_loadgen_build         build bench/loadgen.c once (-Wall -Wextra -Werror)
+#   bench_redis_start, bench_redis_stop
+#                               redis-server on a unix socket in the work area,
+#                               with Debian's default persistence (RDB
+#                               snapshots, no AOF); REDIS_SOCK, REDIS_PID
+#   bench_postmaster_pid        the server's postmaster process id
+#   bench_load NAME SCRIPT DB [loadgen args...]
+#                               run the load generator; its NAME=VALUE line is
+#                               kept in LOAD[NAME] and printed to stderr
+#   load_get NAME FIELD         one value of LOAD[NAME]
+#   load_median NAME FIELD      the median of FIELD over NAME's runs
+#                               (NAME/1, NAME/2, ... as the rounds name them)
+LOADGEN=
+REDIS_SOCK=
+REDIS_PID=
+declare -A LOAD
+
+bench_loadgen_build() {
+	LOADGEN=$IDEM_WORK/loadgen
+	[ -x "$LOADGEN" ] && return 0
+	gcc -O2 -Wall -Wextra -Werror -o "$LOADGEN" "$IDEM_SRC/bench/loadgen.c" \
+		-I"$("$PG_CONFIG" --includedir)" -L"$("$PG_CONFIG" --libdir)" -lpq -lhiredis -lpthread
+}
+
+bench_redis_start() {
+	REDIS_SOCK=$IDEM_WORK/redis.sock
+	[ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null && return 0
+	as_test_user rm -f "$REDIS_SOCK" "$IDEM_WORK/redis.pid"
+	as_test_user redis-server --port 0 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 \
+		--dir "$IDEM_WORK" --pidfile "$IDEM_WORK/redis.pid" \
+		--logfile "$IDEM_WORK/redis.log" --daemonize yes
+	local i
+	for i in $(seq 1 100); do
+		[ -S "$REDIS_SOCK" ] && [ -s "$IDEM_WORK/redis.pid" ] && break
+		sleep 0.05
+	done
+	REDIS_PID=$(cat "$IDEM_WORK/redis.pid")
+}
+
+bench_redis_stop() {
+	if [ -n "$REDIS_PID" ] && kill -0 "$REDIS_PID" 2>/dev/null; then
+		kill "$REDIS_PID"
+		while kill -0 "$REDIS_PID" 2>/dev/null; do sleep 0.05; done
+	fi
+	REDIS_PID=
+}
+
+bench_postmaster_pid() {
+	head -1 "$IDEM_WORK/data/postmaster.pid"
+}
+
+bench_load() {
+	local name=$1 script=$2 db=$3
+	shift 3
+	local out
+	out=$(as_test_user "$LOADGEN" -d "host=$PGHOST port=$PGPORT dbname=$db" -f "$script" "$@") ||
+		{ echo "loadgen failed: $name" >&2; return 1; }
+	LOAD[$name]=$out
+	printf '  %-36s %s\n' "$name" "$out" >&2
+}
+
+load_get() {
+	sed -n "s/.*\\b$2=\\([^ ]*\\).*/\\1/p" <<<"${LOAD[$1]:-}"
+}
+
+load_median() {
+	local name=$1 field=$2 k
+	for k in "${!LOAD[@]}"; do
+		case $k in "$name"/*) load_get "$k" "$field" ;; esac
+	done | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}

@@ -14,8 +14,13 @@
 source "$(dirname "$0")/../test/lib.sh"
 source "$IDEM_ROOT/bench/lib.sh"
 
+# the load generator's libraries and the Redis variants' server
+IDEM_PACKAGES+=(libpq-dev libhiredis-dev redis-server)
 idem_setup "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" \
 	"shared_buffers = '1GB'" "autovacuum_naptime = '10s'"
+
+# stop redis-server (if a suite started one) before the cluster goes
+trap 'bench_rc=$?; bench_redis_stop; (exit $bench_rc); idem_cleanup' EXIT
 
 echo "# idempotency benchmarks"
 echo

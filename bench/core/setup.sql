@@ -86,6 +86,18 @@ BEGIN
 END
 $$;
 
+-- idem_call's handler: the same payment row as (e)
+CREATE FUNCTION bench_pay_handler(request jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+	pid bigint;
+BEGIN
+	INSERT INTO bench_payments (order_id, amount)
+	VALUES (request->>'order_id', (request->>'amount')::int) RETURNING id INTO pid;
+	RETURN jsonb_build_object('payment_id', pid, 'status', 'paid');
+END
+$$;
+
 -- Where (e)'s time goes (sync off only): the same flow with one part left
 -- out at a time, and the floor's two rows written from PL/pgSQL.  Not
 -- designs anyone should use: a record never completed stays processing.

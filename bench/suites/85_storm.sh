@@ -1,0 +1,66 @@
+# The retry storm (issue 18): STORM_CLIENTS (default 16) connections take
+# attempts from one queue in which every request appears STORM_COPIES
+# (default 4) times in a row, so that each request goes out that many times
+# at once; the effect (the payment INSERT) takes STORM_EFFECT_MS (default
+# 10) ms (pg_sleep in a trigger, bench/core/effect_delay.sql).  Variants:
+# the extension's one server call (e) and idem_call, the seed's PL/pgSQL (c)
+# and the seed's Redis pattern (h), the same bench/core scripts as
+# 80_nocontention with the keys the load generator gives them.
+#
+# Measured: the latency of the duplicates (every attempt but the one that
+# ran the effect, which the trigger's notice marks), p50 and p99; completed
+# requests per second; backends waiting on a lock (pg_stat_activity
+# wait_event_type = 'Lock', sampled every 20 ms) and active; effects per
+# request, counted in the database.  An in-progress answer raised as an
+# ERROR (idem_call's ID003, the PL/pgSQL's P0409) is an answer, as an
+# HTTP 409 would be.  The tables start as bench/core/reset.sql leaves them;
+# each variant has keys of its own.  STORM_SECONDS (default 8) per variant, synchronous_commit on.
+
+STORM_CLIENTS=${STORM_CLIENTS:-16}
+STORM_COPIES=${STORM_COPIES:-4}
+STORM_EFFECT_MS=${STORM_EFFECT_MS:-10}
+STORM_SECONDS=${STORM_SECONDS:-8}
+declare -A STORM_EFFECTS
+bench_loadgen_build
+bench_redis_start
+
+STORM_DB=idem_bench_storm
+as_test_user dropdb --if-exists "$STORM_DB" 2>/dev/null
+as_test_user createdb "$STORM_DB"
+BENCH_DB=$STORM_DB bench_sql "$IDEM_SRC/bench/core/setup.sql"
+BENCH_DB=$STORM_DB bench_sql "$IDEM_SRC/bench/core/reset.sql" >/dev/null
+BENCH_DB=$STORM_DB bench_sql "$IDEM_SRC/bench/core/effect_delay.sql"
+as_test_user psql -X -q -d "$STORM_DB" -c "ALTER DATABASE $STORM_DB SET bench.effect_ms = $STORM_EFFECT_MS"
+
+STORM_VARIANTS="e_ext_server i_ext_call c_seed_plpgsql h_seed_redis"
+for v in $STORM_VARIANTS; do
+	as_test_user redis-cli -s "$REDIS_SOCK" flushall >/dev/null
+	bench_load "storm/$v" "$IDEM_SRC/bench/core/$v.sql" "$STORM_DB" \
+		-c "$STORM_CLIENTS" --copies "$STORM_COPIES" -T "$STORM_SECONDS" \
+		--key-var k --key-shape seq --key-prefix "storm-$v" \
+		--answer-sqlstates ID003,P0409 --redis "$REDIS_SOCK" --sample
+	STORM_EFFECTS[$v]=$(BENCH_DB=$STORM_DB bench_value \
+		"SELECT count(*) FROM bench_payments WHERE order_id LIKE 'o-storm-$v-%'")
+done
+as_test_user dropdb "$STORM_DB"
+
+echo "## The retry storm (85_storm)"
+echo
+echo "$STORM_CLIENTS connections, each request sent $STORM_COPIES times at once, a $STORM_EFFECT_MS ms effect," \
+	"${STORM_SECONDS} s per variant, synchronous_commit on, prepared statements."
+echo "Backends: the mean of 20 ms samples of pg_stat_activity over the run."
+echo
+echo "| variant | duplicate latency p50 ms | p99 ms | completed requests/s | backends waiting on a lock | backends active | effects per request (in the database) |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+storm_row() {
+	local v=$2
+	printf '| %s | %s | %s | %.0f | %s | %s | %s |\n' "$1" \
+		"$(load_get "storm/$v" dup_p50_ms)" "$(load_get "storm/$v" dup_p99_ms)" \
+		"$(load_get "storm/$v" rps)" "$(load_get "storm/$v" lock_waiting)" \
+		"$(load_get "storm/$v" active)" \
+		"$(awk -v e="${STORM_EFFECTS[$v]}" -v r="$(load_get "storm/$v" requests)" 'BEGIN { printf "%.3f", (r > 0) ? e / r : 0 }')"
+}
+storm_row "(e) the extension, one server call" e_ext_server
+storm_row "idem_call" i_ext_call
+storm_row "(c) the seed's PL/pgSQL with ON CONFLICT" c_seed_plpgsql
+storm_row "(h) the seed's Redis pattern" h_seed_redis
