@@ -88,6 +88,16 @@
 #endif
 
 /*
+ * PostgreSQL 17: LockHeldByMe can also answer for a stronger mode; we ask
+ * for the very mode.
+ */
+#if PG_VERSION_NUM >= 170000
+#define IdemLockHeldByMe(locktag, lockmode)	LockHeldByMe((locktag), (lockmode), false)
+#else
+#define IdemLockHeldByMe(locktag, lockmode)	LockHeldByMe((locktag), (lockmode))
+#endif
+
+/*
  * An index scan without instrumentation: PostgreSQL 18 takes what to count
  * into, 19 also flags for the table fetches (none).
  */

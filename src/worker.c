@@ -534,13 +534,16 @@ idem_launcher_main(Datum main_arg)
 
 /*
  * At exit, after we left the ProcArray, release the lock on the database.
- * Nothing else would: session locks are released only by transaction abort,
- * and a leftover would stay attached to the PGPROC the next process gets.
+ * Nothing else would on a normal exit: session locks are released only by
+ * transaction abort, and a leftover would stay attached to the PGPROC the
+ * next process gets.  A worker that exits on an ERROR has aborted its
+ * transaction, which released the lock already.
  */
 static void
 ReleaseVisitLock(int code, Datum arg)
 {
-	LockRelease(&visit_locktag, RowExclusiveLock, true);
+	if (IdemLockHeldByMe(&visit_locktag, RowExclusiveLock))
+		LockRelease(&visit_locktag, RowExclusiveLock, true);
 }
 
 /*
