@@ -149,3 +149,8 @@ ALTER TABLE @extschema@.idem_keys
 	DROP CONSTRAINT idem_keys_status_check,
 	ADD CONSTRAINT idem_keys_status_check
 		CHECK (status OPERATOR(pg_catalog.=) ANY ('{processing,completed,stuck}'::pg_catalog.text[]));
+
+-- sql/install/20_maintenance.sql: idem_keys_processing_idx, through which
+-- stuck detection reads only processing records instead of the whole table
+CREATE INDEX idem_keys_processing_idx ON @extschema@.idem_keys (created_at)
+	WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text;

@@ -68,11 +68,14 @@
 #include "access/xact.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
+#include "commands/defrem.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
@@ -91,6 +94,7 @@
 #include "utils/memutils.h"
 #include "utils/regproc.h"
 #include "utils/rel.h"
+#include "utils/relcache.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
@@ -261,6 +265,85 @@ ReportMissingExpiryIndex(Oid nspid)
 			 errdetail("The sweep finds expired records through it."),
 			 errhint("Create it again with CREATE INDEX idem_keys_expires_at_idx ON %s (expires_at).",
 					 quote_qualified_identifier(get_namespace_name(nspid), "idem_keys"))));
+}
+
+/* Raise the error for a table without an index that serves stuck detection */
+static void
+ReportMissingProcessingIndex(Relation rel)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("index \"idem_keys_processing_idx\" of extension \"idempotency\" does not exist"),
+			 errdetail("Stuck detection finds processing records through a B-tree index on created_at WHERE status = 'processing', whatever its name; table \"idem_keys\" has none."),
+			 errhint("Create it again with CREATE INDEX idem_keys_processing_idx ON %s (created_at) WHERE status = 'processing'.",
+					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+												RelationGetRelationName(rel)))));
+}
+
+/* Is the index predicate exactly status = 'processing'? */
+static bool
+PredicateIsProcessing(List *pred, AttrNumber status_attnum)
+{
+	OpExpr	   *op;
+	Var		   *var;
+	Const	   *con;
+
+	if (list_length(pred) != 1 || !IsA(linitial(pred), OpExpr))
+		return false;
+	op = linitial_node(OpExpr, pred);
+	if (op->opno != TextEqualOperator || list_length(op->args) != 2 ||
+		!IsA(linitial(op->args), Var) || !IsA(lsecond(op->args), Const))
+		return false;
+	var = linitial_node(Var, op->args);
+	con = lsecond_node(Const, op->args);
+	return var->varno == 1 && var->varattno == status_attnum &&
+		con->consttype == TEXTOID && !con->constisnull &&
+		strcmp(TextDatumGetCString(con->constvalue), "processing") == 0;
+}
+
+/*
+ * The index of idem_keys that serves stuck detection, found by its
+ * definition whatever its name (the extension creates it as
+ * idem_keys_processing_idx): a valid B-tree whose first column is
+ * created_at, in the default order, with the predicate status =
+ * 'processing'.  Every processing record has an entry there and no other
+ * record does, so flagging reads only processing records.  An ERROR when
+ * there is none.
+ */
+static Oid
+ProcessingIndex(IdemTable *table)
+{
+	static Oid	timestamptz_family = InvalidOid;
+	List	   *indexes = RelationGetIndexList(table->rel);
+	ListCell   *lc;
+	Oid			found = InvalidOid;
+
+	if (!OidIsValid(timestamptz_family))
+		timestamptz_family =
+			get_opclass_family(GetDefaultOpClass(TIMESTAMPTZOID, BTREE_AM_OID));
+
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		bool		serves;
+
+		serves = index->rd_rel->relam == BTREE_AM_OID &&
+			index->rd_index->indisvalid &&
+			index->rd_index->indkey.values[0] == table->attnum[COL_CREATED_AT] &&
+			index->rd_opfamily[0] == timestamptz_family &&
+			PredicateIsProcessing(RelationGetIndexPredicate(index),
+								  table->attnum[COL_STATUS]);
+		index_close(index, AccessShareLock);
+		if (serves)
+		{
+			found = lfirst_oid(lc);
+			break;
+		}
+	}
+	list_free(indexes);
+	if (!OidIsValid(found))
+		ReportMissingProcessingIndex(table->rel);
+	return found;
 }
 
 /*
@@ -532,19 +615,26 @@ NotifyStuck(StringInfo buf, text *scope, text *operation, text *key)
 /*
  * Flag one batch of processing records last updated at or before cutoff
  * as stuck, with a NOTIFY each (sent when the transaction commits).  The
- * table is read with the latest snapshot and each candidate locked without
+ * processing records are read through ProcessingIndex, in created_at order
+ * from *lower on, with the latest snapshot: the completed and stuck
+ * records, however many, are never read.  Each candidate is locked without
  * waiting, then updated through records.c's executor writer: one that
- * another transaction is writing or locking (idem_complete, idem_checkpoint
- * or idem_release under way) is left for the next pass.  Returns the number
- * flagged and counts them per operation in idem_stats.
+ * another transaction is writing or locking (idem_complete,
+ * idem_checkpoint or idem_release under way) is left for the next pass.
+ * *lower moves to the last created_at seen, so the next batch resumes
+ * there.  Returns the number flagged and counts them per operation in
+ * idem_stats.
  */
 static int64
-FlagBatch(int batch_size, TimestampTz cutoff)
+FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 {
 	IdemTable	table;
 	IdemWriter	w;
-	TableScanDesc scan;
+	Relation	index;
+	IndexScanDesc scan;
 	TupleTableSlot *slot;
+	ScanKeyData skey[1];
+	int			nkeys = 0;
 	Snapshot	snapshot;
 	StringInfoData buf;
 	OpCounts	oc;
@@ -553,21 +643,31 @@ FlagBatch(int batch_size, TimestampTz cutoff)
 	RecordsOpen(maint_catalog.nspid, NULL, RowExclusiveLock, &table);
 	RecordsCheckReadable(&table);
 	RecordsWriterBegin(&table, ACL_UPDATE, "idem_flag_stuck()", &w);
+	index = index_open(ProcessingIndex(&table), AccessShareLock);
+
+	if (*lower != DT_NOBEGIN)
+		ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
+					F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
 
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(table.rel, NULL);
-	scan = IdemTableBeginScan(table.rel, snapshot, 0, NULL);
+	scan = IdemIndexBeginScan(table.rel, index, snapshot, nkeys, 0);
+	index_rescan(scan, skey, nkeys, NULL, 0);
 	initStringInfo(&buf);
 	oc.n = 0;
 
 	while (flagged < batch_size &&
-		   table_scan_getnextslot(scan, ForwardScanDirection, slot))
+		   index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		IdemRow		row;
 		TupleTableSlot *locked = w.locked;
+		TimestampTz created_at;
 
 		CHECK_FOR_INTERRUPTS();
 		slot_getallattrs(slot);
+		created_at = DatumGetTimestampTz(SlotColumn(&table, slot, COL_CREATED_AT));
+		if (created_at > *lower)
+			*lower = created_at;
 		if (RecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_PROCESSING ||
 			DatumGetTimestampTz(SlotColumn(&table, slot, COL_UPDATED_AT)) > cutoff)
 			continue;
@@ -589,9 +689,10 @@ FlagBatch(int batch_size, TimestampTz cutoff)
 		flagged++;
 	}
 
-	table_endscan(scan);
+	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
+	index_close(index, AccessShareLock);
 	RecordsWriterEnd(&w);
 	RecordsClose(&table);
 
@@ -1123,6 +1224,8 @@ SweepPhase(PassState *ps)
 static bool
 FlagPhase(PassState *ps)
 {
+	TimestampTz lower = DT_NOBEGIN;
+
 	for (;;)
 	{
 		TimestampTz start = GetCurrentTimestamp();
@@ -1136,7 +1239,7 @@ FlagPhase(PassState *ps)
 			return false;
 		cutoff = TimestampTzPlusMilliseconds(GetCurrentTransactionStartTimestamp(),
 											 -(int64) idem_processing_timeout_ms);
-		n = FlagBatch(batch, cutoff);
+		n = FlagBatch(batch, cutoff, &lower);
 		UnitEnd(ps);
 		batch_us = NoteBatch(ps, start);
 		ps->counts->flagged += n;

@@ -8,6 +8,15 @@
 -- here and to the primary key.
 CREATE INDEX idem_keys_expires_at_idx ON @extschema@.idem_keys (expires_at);
 
+-- Finds the candidates of stuck detection without reading the table: only
+-- processing records have an entry, so it stays as small as the number of
+-- requests under way.  Its column and its predicate are ones a heartbeat
+-- (idem_checkpoint, which changes updated_at) leaves alone, so that update
+-- stays HOT; completion changes the status anyway.  Maintenance finds it by
+-- this definition, whatever its name.
+CREATE INDEX idem_keys_processing_idx ON @extschema@.idem_keys (created_at)
+	WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text;
+
 -- A reconciler runs as run_as.  handler is the function's signature, text
 -- and not regprocedure: a reg* column that names a function would stop
 -- pg_upgrade of the whole cluster.  The trigger below checks every row

@@ -113,6 +113,36 @@ SELECT status FROM idem_keys WHERE scope = 'mt' AND key = 'proc-old';
 SELECT idem_flag_stuck();
 SELECT idem_release('mt-pay', k, 'mt') FROM (VALUES ('proc-old'), ('stuck-old')) v(k);
 
+-- Stuck detection reads the processing records through
+-- idem_keys_processing_idx, never the whole table
+SELECT outcome FROM idem_reserve('mt-pay', 'ix-old', scope => 'mt');
+UPDATE idem_keys SET updated_at = now() - interval '10 minutes'
+WHERE scope = 'mt' AND key = 'ix-old';
+-- (the counts of this backend not yet reported: none is while a
+-- transaction block is open)
+BEGIN;
+SELECT pg_stat_get_xact_numscans('idem_keys'::regclass) AS seq_before,
+       pg_stat_get_xact_numscans('idem_keys_processing_idx'::regclass) AS index_before
+\gset
+SELECT idem_flag_stuck();
+SELECT pg_stat_get_xact_numscans('idem_keys'::regclass) - :seq_before AS seq_scans,
+       pg_stat_get_xact_numscans('idem_keys_processing_idx'::regclass) - :index_before
+         AS index_scans;
+ROLLBACK;
+-- It is found by its definition, whatever its name
+BEGIN;
+ALTER INDEX idem_keys_processing_idx RENAME TO mt_renamed_idx;
+SELECT idem_flag_stuck();
+ROLLBACK;
+-- Without it, or with another predicate, stuck detection is a clean ERROR
+BEGIN;
+DROP INDEX idem_keys_processing_idx;
+CREATE INDEX mt_stuck_idx ON idem_keys (created_at) WHERE status = 'stuck';
+SELECT idem_flag_stuck();
+ROLLBACK;
+SELECT idem_flag_stuck();
+SELECT idem_release('mt-pay', 'ix-old', 'mt');
+
 -- Reconcilers: a function of the stuck record that settles it
 CREATE TABLE mt_calls (key text, caller name);
 CREATE FUNCTION mt_reconcile(r idem_keys) RETURNS void
