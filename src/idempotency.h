@@ -209,11 +209,29 @@ extern int	IdemStatsDatabases(Oid **dbids);
 extern void IdemStatsForgetDatabase(Oid dbid);
 
 /* status.c: the worker's last pass per database, the launcher's next round */
+
+/* The extension may have been created in a database (IdemStatusHintDatabase) */
+typedef struct IdemHint
+{
+	Oid			dboid;
+	bool		sticky;			/* by a prepared transaction */
+} IdemHint;
+
+/* Hints kept until the launcher takes them */
+#define IDEM_STATUS_MAX_HINTS	64
+
+struct Latch;
+
 extern void IdemStatusInit(void);
 extern void IdemStatusReportRound(TimestampTz next_round);
 extern void IdemStatusReportPass(Oid dboid, TimestampTz start, TimestampTz end,
 								 const IdemPassCounts *counts);
 extern int	IdemStatusDatabases(Oid **dbids);
 extern void IdemStatusForgetDatabase(Oid dboid);
+extern void IdemStatusSetLauncher(struct Latch *latch);
+extern void IdemStatusHintDatabase(Oid dboid, bool sticky);
+extern int	IdemStatusTakeHints(IdemHint *hints, bool *lost);
+extern void IdemStatusReportAbsent(Oid dboid);
+extern int	IdemStatusTakeAbsent(Oid **dbids);
 
 #endif							/* IDEMPOTENCY_H */

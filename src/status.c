@@ -23,6 +23,16 @@
  * entry at the worker's next visit.  When every entry is in use, the
  * database maintained longest ago gives its entry up.
  *
+ * Notes for the launcher
+ * ----------------------
+ * Two short lists tell the launcher which databases to visit (worker.c):
+ * a worker that found no extension reports its database as absent, and a
+ * backend whose transaction created the extension hints its database at
+ * commit and sets the launcher's latch.  The launcher takes both lists
+ * whole.  They only move visits: a report that does not fit is dropped
+ * (the database stays visited every round), a hint that does not fit makes
+ * the launcher look at every database again.
+ *
  * Locking
  * -------
  * IdemStatusShared->lock, one LWLock, protects everything here: writers
@@ -40,6 +50,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/timestamp.h"
@@ -57,6 +68,9 @@ PG_FUNCTION_INFO_V1(idem_worker_status);
 
 /* Columns of idem_worker_status() */
 #define IDEM_STATUS_COLS			16
+
+/* Reports of databases without the extension, waiting for the launcher */
+#define IDEM_STATUS_MAX_ABSENT		64
 
 /* What the worker did in one database */
 typedef struct IdemStatusEntry
@@ -76,6 +90,12 @@ typedef struct IdemStatusShared
 {
 	LWLock	   *lock;			/* see the file header */
 	TimestampTz next_round;		/* 0: the launcher is paused */
+	Latch	   *launcher_latch; /* NULL while no launcher runs */
+	int			nhints;
+	bool		hints_lost;		/* some did not fit: look at every database */
+	IdemHint	hints[IDEM_STATUS_MAX_HINTS];
+	int			nabsent;
+	Oid			absent[IDEM_STATUS_MAX_ABSENT];
 	IdemStatusEntry entries[IDEM_STATUS_MAX_DATABASES];
 } IdemStatusShared;
 
@@ -144,6 +164,104 @@ IdemStatusReportRound(TimestampTz next_round)
 	LWLockAcquire(idem_status->lock, LW_EXCLUSIVE);
 	idem_status->next_round = next_round;
 	LWLockRelease(idem_status->lock);
+}
+
+/* The launcher tells where its latch is, or NULL as it exits */
+void
+IdemStatusSetLauncher(Latch *latch)
+{
+	if (idem_status == NULL)
+		return;
+	LWLockAcquire(idem_status->lock, LW_EXCLUSIVE);
+	idem_status->launcher_latch = latch;
+	LWLockRelease(idem_status->lock);
+}
+
+/*
+ * The extension may have been created in a database: the launcher visits
+ * it at once, and with sticky (a prepared transaction, whose commit we do
+ * not see) every round from then on.  Wakes the launcher.
+ */
+void
+IdemStatusHintDatabase(Oid dboid, bool sticky)
+{
+	Latch	   *latch;
+	int			i;
+
+	if (idem_status == NULL)
+		return;
+	LWLockAcquire(idem_status->lock, LW_EXCLUSIVE);
+	for (i = 0; i < idem_status->nhints; i++)
+		if (idem_status->hints[i].dboid == dboid)
+			break;
+	if (i < idem_status->nhints)
+		idem_status->hints[i].sticky |= sticky;
+	else if (i < IDEM_STATUS_MAX_HINTS)
+	{
+		idem_status->hints[i].dboid = dboid;
+		idem_status->hints[i].sticky = sticky;
+		idem_status->nhints++;
+	}
+	else
+		idem_status->hints_lost = true;
+	latch = idem_status->launcher_latch;
+	LWLockRelease(idem_status->lock);
+
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
+/*
+ * The launcher takes the hints into hints (room for IDEM_STATUS_MAX_HINTS);
+ * their number.  *lost: some did not fit, any database may have the
+ * extension now.
+ */
+int
+IdemStatusTakeHints(IdemHint *hints, bool *lost)
+{
+	int			n;
+
+	*lost = false;
+	if (idem_status == NULL)
+		return 0;
+	LWLockAcquire(idem_status->lock, LW_EXCLUSIVE);
+	n = idem_status->nhints;
+	memcpy(hints, idem_status->hints, n * sizeof(IdemHint));
+	*lost = idem_status->hints_lost;
+	idem_status->nhints = 0;
+	idem_status->hints_lost = false;
+	LWLockRelease(idem_status->lock);
+	return n;
+}
+
+/* A worker found no extension in its database; dropped if it does not fit */
+void
+IdemStatusReportAbsent(Oid dboid)
+{
+	if (idem_status == NULL)
+		return;
+	LWLockAcquire(idem_status->lock, LW_EXCLUSIVE);
+	if (idem_status->nabsent < IDEM_STATUS_MAX_ABSENT)
+		idem_status->absent[idem_status->nabsent++] = dboid;
+	LWLockRelease(idem_status->lock);
+}
+
+/* The launcher takes the databases reported absent, palloc'd; their number */
+int
+IdemStatusTakeAbsent(Oid **dbids)
+{
+	int			n;
+
+	*dbids = NULL;
+	if (idem_status == NULL)
+		return 0;
+	*dbids = palloc(IDEM_STATUS_MAX_ABSENT * sizeof(Oid));
+	LWLockAcquire(idem_status->lock, LW_EXCLUSIVE);
+	n = idem_status->nabsent;
+	memcpy(*dbids, idem_status->absent, n * sizeof(Oid));
+	idem_status->nabsent = 0;
+	LWLockRelease(idem_status->lock);
+	return n;
 }
 
 /*

@@ -11,14 +11,36 @@
  * under shared_preload_libraries.  Like autovacuum's launcher it connects
  * to no database and reads only the shared catalog pg_database.  Every
  * idempotency.sweep_interval it queues each database that accepts
- * connections and is not a template, and starts a dynamic worker for each,
- * at most idempotency.max_workers at a time; the postmaster tells it when
- * one exits (bgw_notify_pid).  A worker connects to its database, leaves at
- * once unless the extension is installed there, runs one pass and exits.
- * So every database that has the extension is served with no configuration,
- * including one created or installed after start-up (at the next round).
- * Slots: the launcher plus at most max_workers workers, out of
- * max_worker_processes.
+ * connections, is not a template and may have the extension, and starts a
+ * dynamic worker for each, at most idempotency.max_workers at a time; the
+ * postmaster tells it when one exits (bgw_notify_pid).  A worker connects
+ * to its database, leaves at once unless the extension is installed there,
+ * runs one pass and exits.  Slots: the launcher plus at most max_workers
+ * workers, out of max_worker_processes.
+ *
+ * Which databases have the extension
+ * ----------------------------------
+ * The launcher remembers, in its own memory, each database whose last
+ * visit found no extension (the worker reports it through status.c), and
+ * visits it again only when something says the extension may have come:
+ *	- its pg_database row is new or changed (CREATE DATABASE, which may copy
+ *	  a template that has the extension; ALTER DATABASE);
+ *	- the launcher restarted, knowing nothing (a server restart, such as
+ *	  the one after pg_upgrade, whose dump creates extensions without
+ *	  CREATE EXTENSION's script);
+ *	- a hint: in every backend of a preloading server an object_access_hook
+ *	  notes CREATE EXTENSION, and once a transaction that created ours has
+ *	  committed (so a worker started from then on sees it) its database is
+ *	  hinted in shared memory and the launcher's latch set.  The launcher
+ *	  then visits it at once, not at the next round.
+ * A hint only brings a visit forward; the visit finds out.  A CREATE
+ * EXTENSION rolled back hints nothing.  A prepared transaction hints at
+ * PREPARE, for good: its commit runs no callback of ours, so that database
+ * is visited every round until the launcher restarts.  DROP EXTENSION is
+ * found by the next visit, and ALTER EXTENSION changes nothing here.  A
+ * database that has the extension is visited every round.  So every
+ * database that has it is served with no configuration, including one
+ * created or installed after start-up, and the others cost nothing.
  *
  * Databases that go away
  * ----------------------
@@ -80,7 +102,10 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/objectaccess.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
 #include "common/relpath.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -94,6 +119,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/backend_status.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -149,8 +175,35 @@ typedef struct RunningWorker
 	BackgroundWorkerHandle *handle;
 } RunningWorker;
 
+/*
+ * What the launcher knows of a database it listed, whether it may visit it
+ * or not: where its last visit found no extension, it is visited again
+ * only when something says the extension may have come (see the file
+ * header).
+ */
+typedef struct KnownDatabase
+{
+	Oid			dboid;			/* hash key */
+	TransactionId xmin;			/* of its pg_database row, as last read */
+	uint64		scan;			/* the last ScanDatabases that listed it */
+	bool		absent;			/* its last visit found no extension */
+	bool		hinted;			/* the extension may have been created since */
+	bool		sticky;			/* ... by a prepared transaction: never absent */
+} KnownDatabase;
+
+/* What ScanDatabases queues */
+typedef enum ScanMode
+{
+	SCAN_FORGET,				/* nothing: only forget dropped databases */
+	SCAN_HINTED,				/* databases new or hinted since the round */
+	SCAN_ROUND					/* every one that may have the extension */
+} ScanMode;
+
 /* Launcher state, in launcher_cxt */
 static MemoryContext launcher_cxt;
+static HTAB *known_databases;
+static uint64 scan_count;
+static bool hints_waiting;		/* a hinted database was busy: look again */
 static QueuedDatabase *queue;
 static int	queue_len;
 static int	queue_cap;
@@ -161,9 +214,76 @@ static bool slots_warned;
 /* Worker state: the lock on its database held for the whole visit */
 static LOCKTAG visit_locktag;
 
+/* Any backend: this transaction created an extension (HintLauncher) */
+static object_access_hook_type prev_object_access_hook = NULL;
+static bool extension_created = false;
+static bool hint_at_commit = false;
+static bool hint_callback_registered = false;
+
 /* Wait events of the launcher's sleep and of a worker's pause */
 static uint32 launcher_wait_event = PG_WAIT_EXTENSION;
 static uint32 worker_wait_event = PG_WAIT_EXTENSION;
+
+/*
+ * Transaction callback of a backend whose transaction created an
+ * extension: once the transaction has committed, and so is visible to any
+ * snapshot taken from then on, hint its database to the launcher if the
+ * extension is ours.  Whether it is is asked before the commit, while
+ * catalogs can still be read; a CREATE EXTENSION rolled back, to a
+ * savepoint or with the whole transaction, leaves no extension to find.
+ * Whoever commits a prepared transaction gets no callback of ours, so
+ * PREPARE hints at once, for good (sticky).
+ */
+static void
+HintLauncher(XactEvent event, void *arg)
+{
+	if (!extension_created)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			hint_at_commit = OidIsValid(get_extension_oid("idempotency", true));
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (OidIsValid(get_extension_oid("idempotency", true)))
+				IdemStatusHintDatabase(MyDatabaseId, true);
+			break;
+		case XACT_EVENT_COMMIT:
+			if (hint_at_commit)
+				IdemStatusHintDatabase(MyDatabaseId, false);
+			extension_created = false;
+			hint_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+			extension_created = false;
+			hint_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * object_access_hook: note that this transaction created an extension, for
+ * HintLauncher, which is registered the first time.
+ */
+static void
+NoteExtensionCreated(ObjectAccessType access, Oid classId, Oid objectId,
+					 int subId, void *arg)
+{
+	if (prev_object_access_hook)
+		prev_object_access_hook(access, classId, objectId, subId, arg);
+
+	if (access != OAT_POST_CREATE || classId != ExtensionRelationId)
+		return;
+	if (!hint_callback_registered)
+	{
+		RegisterXactCallback(HintLauncher, NULL);
+		hint_callback_registered = true;
+	}
+	extension_created = true;
+}
 
 /* Define the worker's settings; register the launcher when preloaded */
 void
@@ -247,6 +367,9 @@ IdemWorkerInit(void)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "idempotency launcher");
 	snprintf(worker.bgw_type, BGW_MAXLEN, "idempotency launcher");
 	RegisterBackgroundWorker(&worker);
+
+	prev_object_access_hook = object_access_hook;
+	object_access_hook = NoteExtensionCreated;
 }
 
 /* Is the database queued or being visited already? */
@@ -306,15 +429,131 @@ ForgetDroppedDatabases(const Oid *known, int nknown, const Oid *live, int nlive,
 }
 
 /*
- * Read pg_database.  With queue_them, queue every database a worker may visit,
- * unless queued or visited now.  Always forget the shared-memory entries
- * (statistics, worker status) of databases that are gone: the databases
- * having entries are listed before the catalog snapshot is taken, so one
- * that pg_database does not show was dropped; a database created
- * meanwhile can only have entries made after the listing.
+ * The launcher's entry of a database listed in pg_database with row
+ * version xmin; *changed when it is new, or its row changed since the last
+ * listing (CREATE DATABASE reusing an OID, ALTER DATABASE): nothing known
+ * of it holds any more.
+ */
+static KnownDatabase *
+NoteDatabase(Oid dboid, TransactionId xmin, bool *changed)
+{
+	KnownDatabase *k;
+	bool		found;
+
+	k = hash_search(known_databases, &dboid, HASH_ENTER, &found);
+	*changed = !found || k->xmin != xmin;
+	if (!found)
+		k->sticky = false;
+	if (*changed)
+	{
+		k->xmin = xmin;
+		k->absent = false;
+		k->hinted = false;
+	}
+	k->scan = scan_count;
+	return k;
+}
+
+/* Should a scan in this mode queue the database? */
+static bool
+VisitDue(const KnownDatabase *k, bool changed, ScanMode mode)
+{
+	switch (mode)
+	{
+		case SCAN_ROUND:
+			return !k->absent || k->hinted;
+		case SCAN_HINTED:
+			return changed || k->hinted;
+		case SCAN_FORGET:
+			break;
+	}
+	return false;
+}
+
+/* Forget the launcher's entries of the databases the last scan did not list */
+static void
+ForgetUnlistedDatabases(void)
+{
+	HASH_SEQ_STATUS seq;
+	KnownDatabase *k;
+
+	hash_seq_init(&seq, known_databases);
+	while ((k = hash_seq_search(&seq)) != NULL)
+		if (k->scan != scan_count)
+			(void) hash_search(known_databases, &k->dboid, HASH_REMOVE, NULL);
+}
+
+/*
+ * Take the hints of CREATE EXTENSION from shared memory into the launcher's
+ * entries; true when there was any.  A database not listed yet needs none:
+ * it is new, and visited anyway.
+ */
+static bool
+TakeHints(void)
+{
+	IdemHint	hints[IDEM_STATUS_MAX_HINTS];
+	bool		lost;
+	int			n = IdemStatusTakeHints(hints, &lost);
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		KnownDatabase *k = hash_search(known_databases, &hints[i].dboid,
+									   HASH_FIND, NULL);
+
+		if (k == NULL)
+			continue;
+		k->hinted = true;
+		k->sticky |= hints[i].sticky;
+	}
+	if (lost)
+	{
+		HASH_SEQ_STATUS seq;
+		KnownDatabase *k;
+
+		hash_seq_init(&seq, known_databases);
+		while ((k = hash_seq_search(&seq)) != NULL)
+			k->hinted = true;
+	}
+	return n > 0 || lost;
+}
+
+/*
+ * Take the reports of workers that found no extension: their databases are
+ * not visited again until a hint, a change of their row or a restart of the
+ * launcher.  Called right after the workers that exited are forgotten, so
+ * the report of a worker is in before its database can be queued again.
  */
 static void
-ScanDatabases(bool queue_them)
+TakeAbsentReports(void)
+{
+	Oid		   *dbids;
+	int			n = IdemStatusTakeAbsent(&dbids);
+	int			i;
+
+	for (i = 0; i < n; i++)
+	{
+		KnownDatabase *k = hash_search(known_databases, &dbids[i], HASH_FIND, NULL);
+
+		if (k != NULL && !k->sticky)
+			k->absent = true;
+	}
+	if (dbids != NULL)
+		pfree(dbids);
+}
+
+/*
+ * Read pg_database, note each database in the launcher's entries, and
+ * queue those the mode says, unless queued or visited now (a hinted one
+ * then waits for the next scan: hints_waiting).  Always forget the
+ * launcher's entries and the shared-memory entries (statistics, worker
+ * status) of databases that are gone: the databases having shared entries
+ * are listed before the catalog snapshot is taken, so one that pg_database
+ * does not show was dropped; a database created meanwhile can only have
+ * entries made after the listing.
+ */
+static void
+ScanDatabases(ScanMode mode)
 {
 	Relation	rel;
 	TableScanDesc scan;
@@ -329,6 +568,8 @@ ScanDatabases(bool queue_them)
 
 	nstats = IdemStatsDatabases(&stats_dbs);
 	nstatus = IdemStatusDatabases(&status_dbs);
+	scan_count++;
+	hints_waiting = false;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -340,6 +581,8 @@ ScanDatabases(bool queue_them)
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
 		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+		KnownDatabase *k;
+		bool		changed;
 
 		if (nlive == live_cap)
 		{
@@ -347,17 +590,28 @@ ScanDatabases(bool queue_them)
 			live = repalloc(live, live_cap * sizeof(Oid));
 		}
 		live[nlive++] = db->oid;
+		k = NoteDatabase(db->oid, HeapTupleHeaderGetRawXmin(tuple->t_data),
+						 &changed);
 
 		/* Templates are skipped: a connection would block CREATE DATABASE */
-		if (!queue_them || !db->datallowconn || db->datistemplate ||
-			db->datconnlimit == IDEM_DATCONNLIMIT_INVALID)
+		if (!db->datallowconn || db->datistemplate ||
+			db->datconnlimit == IDEM_DATCONNLIMIT_INVALID ||
+			!VisitDue(k, changed, mode))
 			continue;
-		if (!DatabaseKnown(db->oid))
-			QueueDatabase(db);
+		if (DatabaseKnown(db->oid))
+		{
+			hints_waiting |= k->hinted;
+			continue;
+		}
+		/* Until this visit reports otherwise, the extension is there */
+		QueueDatabase(db);
+		k->absent = false;
+		k->hinted = false;
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 
+	ForgetUnlistedDatabases();
 	ForgetDroppedDatabases(stats_dbs, nstats, live, nlive, IdemStatsForgetDatabase);
 	ForgetDroppedDatabases(status_dbs, nstatus, live, nlive, IdemStatusForgetDatabase);
 
@@ -393,6 +647,7 @@ ReapWorkers(void)
 		}
 		i++;
 	}
+	TakeAbsentReports();
 }
 
 /* Start workers for queued databases while slots are free */
@@ -430,6 +685,9 @@ StartWorkers(void)
 			return;
 		}
 		slots_warned = false;
+		ereport(DEBUG1,
+				(errmsg_internal("idempotency launcher started a worker for database \"%s\"",
+								 NameStr(db->name))));
 
 		running[nrunning].dboid = db->dboid;
 		running[nrunning].handle = handle;
@@ -454,12 +712,20 @@ MillisecondsUntil(TimestampTz now, TimestampTz then)
 	return Max(1, secs * 1000 + usecs / 1000);
 }
 
+/* At the launcher's exit: hints have no latch to set any more */
+static void
+ForgetLauncherLatch(int code, Datum arg)
+{
+	IdemStatusSetLauncher(NULL);
+}
+
 /* Entry point of the launcher */
 void
 idem_launcher_main(Datum main_arg)
 {
 	bool		have_round = false;
 	TimestampTz last_round = 0;
+	HASHCTL		ctl;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -474,6 +740,22 @@ idem_launcher_main(Datum main_arg)
 										 "idempotency launcher",
 										 ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(launcher_cxt);
+
+	/*
+	 * Nothing is known of any database yet, so every one is visited once:
+	 * a restart covers what no hint tells, such as pg_upgrade, whose dump
+	 * creates extensions without running CREATE EXTENSION's script.  Notes
+	 * left for an earlier launcher are dropped.
+	 */
+	ctl.keysize = sizeof(Oid);
+	ctl.entrysize = sizeof(KnownDatabase);
+	ctl.hcxt = launcher_cxt;
+	known_databases = hash_create("idempotency launcher databases", 64, &ctl,
+								  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	before_shmem_exit(ForgetLauncherLatch, (Datum) 0);
+	IdemStatusSetLauncher(MyLatch);
+	(void) TakeHints();
+	TakeAbsentReports();
 
 	ereport(DEBUG1, (errmsg_internal("idempotency launcher started")));
 
@@ -507,19 +789,22 @@ idem_launcher_main(Datum main_arg)
 			timeout_ms = 60 * 1000L;
 			IdemStatusReportRound(0);
 			if (!RecoveryInProgress())
-				ScanDatabases(false);
+				ScanDatabases(SCAN_FORGET);
 		}
 		else
 		{
 			TimestampTz next_round;
+			bool		hinted = TakeHints();
 
 			if (!have_round ||
 				now >= TimestampTzPlusMilliseconds(last_round, idem_sweep_interval_ms))
 			{
-				ScanDatabases(true);
+				ScanDatabases(SCAN_ROUND);
 				last_round = now;
 				have_round = true;
 			}
+			else if (hinted || hints_waiting)
+				ScanDatabases(SCAN_HINTED);
 			StartWorkers();
 			next_round = TimestampTzPlusMilliseconds(last_round, idem_sweep_interval_ms);
 			IdemStatusReportRound(next_round);
@@ -727,8 +1012,12 @@ idem_worker_main(Datum main_arg)
 
 	if (counts.missing)
 	{
-		/* Not installed here, or dropped during the pass: no status */
+		/*
+		 * Not installed here, or dropped during the pass: no status, and no
+		 * visit until the launcher hears that it may be back
+		 */
 		IdemStatusForgetDatabase(MyDatabaseId);
+		IdemStatusReportAbsent(MyDatabaseId);
 		if (counts.batches == 0)
 			proc_exit(0);
 	}

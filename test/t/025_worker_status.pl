@@ -290,7 +290,14 @@ set_conf('idempotency.enabled = on');
 
 # Updated from 0.1.0: the same view, function and grants
 $node->safe_psql('postgres', 'CREATE DATABASE old');
-$node->safe_psql('old', q{CREATE EXTENSION idempotency VERSION '0.1.0'; ALTER EXTENSION idempotency UPDATE});
+# (in one transaction: CREATE EXTENSION brings the worker at once, and this
+# library refuses the 0.1.0 catalog)
+$node->safe_psql('old', q{
+BEGIN;
+CREATE EXTENSION idempotency VERSION '0.1.0';
+ALTER EXTENSION idempotency UPDATE;
+COMMIT;
+});
 my $objects = q{
 SELECT pg_get_viewdef('idem_worker_status'::regclass)
 	|| (SELECT relacl::text FROM pg_class WHERE oid = 'idem_worker_status'::regclass)
