@@ -68,6 +68,7 @@ bench_row() {
 #                               redis-server on a unix socket in the work area,
 #                               with Debian's default persistence (RDB
 #                               snapshots, no AOF); REDIS_SOCK, REDIS_PID
+#   bench_redis_crash           kill -9 redis-server (a crash, an OOM kill)
 #   bench_postmaster_pid        the server's postmaster process id
 #   bench_load NAME SCRIPT DB [loadgen args...]
 #                               run the load generator; its NAME=VALUE line is
@@ -75,6 +76,9 @@ bench_row() {
 #   load_get NAME FIELD         one value of LOAD[NAME]
 #   load_median NAME FIELD      the median of FIELD over NAME's runs
 #                               (NAME/1, NAME/2, ... as the rounds name them)
+#   target_row LABEL MEASURED OP WANTED
+#                               a table row: a target (OP >=, <= or <), its
+#                               measured value and "met" or "missed"
 LOADGEN=
 REDIS_SOCK=
 REDIS_PID=
@@ -110,6 +114,12 @@ bench_redis_stop() {
 	REDIS_PID=
 }
 
+bench_redis_crash() {
+	kill -9 "$REDIS_PID"
+	while kill -0 "$REDIS_PID" 2>/dev/null; do sleep 0.01; done
+	REDIS_PID=
+}
+
 bench_postmaster_pid() {
 	head -1 "$IDEM_WORK/data/postmaster.pid"
 }
@@ -133,4 +143,13 @@ load_median() {
 	for k in "${!LOAD[@]}"; do
 		case $k in "$name"/*) load_get "$k" "$field" ;; esac
 	done | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+target_row() {
+	local verdict
+	verdict=$(awk -v m="$2" -v t="$4" -v op="$3" 'BEGIN {
+		if (m == "n/a" || m == "") print "n/a"
+		else if ((op == ">=" && m + 0 >= t + 0) || (op == "<=" && m + 0 <= t + 0) || (op == "<" && m + 0 < t + 0)) print "met"
+		else print "missed" }')
+	echo "| $1 | $3 $4 | $2 | $verdict |"
 }

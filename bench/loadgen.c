@@ -44,6 +44,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -728,8 +729,12 @@ run_sql(Client *c, int i)
 			res = PQprepare(c->conn, name, p->text, p->nparams, p->param_type);
 			if (PQresultStatus(res) != PGRES_COMMAND_OK)
 			{
-				if (PQstatus(c->conn) != CONNECTION_BAD)
+				const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+				/* a mistake in the script, not a fault of the run */
+				if (state != NULL && strncmp(state, "42", 2) == 0)
 					die("could not prepare \"%s\": %s", p->text, PQerrorMessage(c->conn));
+				snprintf(c->sqlstate, sizeof(c->sqlstate), "%s", state ? state : "");
 				PQclear(res);
 				return false;
 			}
@@ -1083,6 +1088,9 @@ main(int argc, char **argv)
 				ndup = 0;
 	double	   *dups;
 	long		tck = sysconf(_SC_CLK_TCK);
+
+	/* a write to a redis-server that was killed must fail, not kill us */
+	signal(SIGPIPE, SIG_IGN);
 
 	for (int i = 1; i < argc; i++)
 	{
