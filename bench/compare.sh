@@ -13,7 +13,12 @@
 # (a PL/pgSQL loop of BENCH_CALLS calls, the fastest of 5 runs).
 #
 # Environment: BENCH_SECONDS (per pgbench run, default 15), BENCH_ROUNDS
-# (default 3), BENCH_CLIENTS (4), BENCH_JOBS (2), BENCH_CALLS (10000).
+# (default 3), BENCH_CLIENTS (4), BENCH_JOBS (2), BENCH_CALLS (10000),
+# BENCH_MODE (simple, the default: pgbench with the simple protocol; or
+# prepared: the suites' load generator, bench/loadgen.c, with prepared
+# statements as drivers send them, the same scripts), BENCH_VARIANTS (the bench/core scripts to run,
+# default "e_ext_server f_replay"; a_bare_insert among them adds each
+# variant's ratio to it on the same build).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +30,8 @@ BENCH_ROUNDS=${BENCH_ROUNDS:-3}
 BENCH_CLIENTS=${BENCH_CLIENTS:-4}
 BENCH_JOBS=${BENCH_JOBS:-2}
 BENCH_CALLS=${BENCH_CALLS:-10000}
+BENCH_MODE=${BENCH_MODE:-simple}
+BENCH_VARIANTS=${BENCH_VARIANTS:-e_ext_server f_replay}
 BIN=usr/lib/postgresql/15/bin
 USER_=postgres
 [ "$(id -u)" = 0 ] || USER_=$(id -un)
@@ -66,6 +73,10 @@ for side in old new; do
 	make -C "$WORK/$side/src" -s PG_CONFIG="$(pg_of $side)/$BIN/pg_config" >/dev/null
 	make -C "$WORK/$side/src" -s PG_CONFIG="$(pg_of $side)/$BIN/pg_config" install >/dev/null
 done
+if [ "$BENCH_MODE" = prepared ]; then
+	gcc -O2 -Wall -Wextra -Werror -o "$WORK/loadgen" "$ROOT/bench/loadgen.c" \
+		-I"$("$NEW_PG/$BIN/pg_config" --includedir)" -lpq -lhiredis -lpthread
+fi
 [ "$(id -u)" = 0 ] && chown -R postgres: "$WORK"
 
 for side in old new; do
@@ -99,10 +110,16 @@ tps_run() {
 	local side=$1 variant=$2 sync=$3 label=${4:-} out tps
 	psql_on "$side" -c "ALTER DATABASE bench SET synchronous_commit = $sync" >/dev/null
 	psql_on "$side" -f "$ROOT/bench/core/reset.sql" >/dev/null
-	out=$(as_user "$(pg_of $side)/$BIN/pgbench" -n -h "$WORK/sock" -p "$(port_of $side)" \
-		-c "$BENCH_CLIENTS" -j "$BENCH_JOBS" -T "$BENCH_SECONDS" \
-		-f "$ROOT/bench/core/$variant.sql" bench 2>&1)
-	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
+	if [ "$BENCH_MODE" = prepared ]; then
+		out=$(as_user "$WORK/loadgen" -d "host=$WORK/sock port=$(port_of $side) dbname=bench" \
+			-c "$BENCH_CLIENTS" -T "$BENCH_SECONDS" -f "$ROOT/bench/core/$variant.sql" 2>&1)
+		tps=$(sed -n 's/.*\brps=\([0-9.]*\).*/\1/p' <<<"$out")
+	else
+		out=$(as_user "$(pg_of $side)/$BIN/pgbench" -n -h "$WORK/sock" -p "$(port_of $side)" \
+			-c "$BENCH_CLIENTS" -j "$BENCH_JOBS" -T "$BENCH_SECONDS" \
+			-f "$ROOT/bench/core/$variant.sql" bench 2>&1)
+		tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' <<<"$out")
+	fi
 	[ -n "$tps" ] || { echo "$out" >&2; exit 1; }
 	RUNS[$side/$variant/$sync$label]="${RUNS[$side/$variant/$sync$label]:-} $tps"
 	printf '  round %d %-4s %-14s sync %-3s %-8s %8.0f tps\n' "$round" "$side" "$variant" "$sync" "$label" "$tps" >&2
@@ -129,7 +146,7 @@ parts_run() {
 for round in $(seq 1 "$BENCH_ROUNDS"); do
 	if [ $((round % 2)) = 1 ]; then order="old new"; else order="new old"; fi
 	for sync in off on; do
-		for variant in e_ext_server f_replay; do
+		for variant in $BENCH_VARIANTS; do
 			for side in $order; do
 				tps_run "$side" "$variant" "$sync"
 			done
@@ -177,22 +194,29 @@ in_session() {
 echo "## bench/core, $BASE (old) against this tree (new)"
 echo
 if [ "$BENCH_ROUNDS" -gt 0 ]; then
-echo "pgbench -c $BENCH_CLIENTS -j $BENCH_JOBS -T $BENCH_SECONDS per run, median of $BENCH_ROUNDS rounds;"
+if [ "$BENCH_MODE" = prepared ]; then
+	echo "bench/loadgen.c (prepared statements) -c $BENCH_CLIENTS -T $BENCH_SECONDS per run, median of $BENCH_ROUNDS rounds;"
+else
+	echo "pgbench -c $BENCH_CLIENTS -j $BENCH_JOBS -T $BENCH_SECONDS per run, median of $BENCH_ROUNDS rounds;"
+fi
 echo "each round runs every variant on both builds, in alternating order."
 echo
 echo "new/old is the ratio of the medians; per round, the median of each round's own ratio"
 echo "(the two builds ran back to back), which load from outside the run disturbs less."
 echo
-echo "| variant | synchronous_commit | old TPS | new TPS | new/old | per round |"
-echo "|---|---|---:|---:|---:|---:|"
-for variant in e_ext_server f_replay; do
+echo "| variant | synchronous_commit | old TPS | new TPS | new/old | per round | old/(a) | new/(a) |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+for variant in $BENCH_VARIANTS; do
 	for sync in off on; do
 		o=$(median "${RUNS[old/$variant/$sync]}")
 		n=$(median "${RUNS[new/$variant/$sync]}")
 		r=$(median "$(paste -d' ' <(tr ' ' '\n' <<<"${RUNS[old/$variant/$sync]}" | sed '/^$/d') \
 			<(tr ' ' '\n' <<<"${RUNS[new/$variant/$sync]}" | sed '/^$/d') | awk '{ print $2 / $1 }')")
-		awk -v v="$variant" -v s="$sync" -v o="$o" -v n="$n" -v r="$r" \
-			'BEGIN { printf "| %s | %s | %.0f | %.0f | %.2f | %.2f |\n", v, s, o, n, n / o, r }'
+		ao=$(median "${RUNS[old/a_bare_insert/$sync]:-}")
+		an=$(median "${RUNS[new/a_bare_insert/$sync]:-}")
+		awk -v v="$variant" -v s="$sync" -v o="$o" -v n="$n" -v r="$r" -v ao="${ao:-0}" -v an="${an:-0}" \
+			'BEGIN { ro = (ao > 0) ? sprintf("%.2f", o / ao) : ""; rn = (an > 0) ? sprintf("%.2f", n / an) : ""
+				printf "| %s | %s | %.0f | %.0f | %.2f | %.2f | %s | %s |\n", v, s, o, n, n / o, r, ro, rn }'
 	done
 done
 if [ "${BENCH_PARTS:-1}" = 1 ]; then
