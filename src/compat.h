@@ -153,4 +153,16 @@
 	EvalPlanQualInit((epqstate), (estate), NULL, NIL, -1)
 #endif
 
+/*
+ * The prepared CHECK constraints of a ResultRelInfo: PostgreSQL 18 renamed
+ * the field and added NOT ENFORCED constraints, which ExecRelCheck skips.
+ */
+#if PG_VERSION_NUM >= 180000
+#define IdemResultRelChecks(rri)	((rri)->ri_CheckConstraintExprs)
+#define IdemCheckIsEnforced(check)	((check)->ccenforced)
+#else
+#define IdemResultRelChecks(rri)	((rri)->ri_ConstraintExprs)
+#define IdemCheckIsEnforced(check)	true
+#endif
+
 #endif							/* IDEM_COMPAT_H */

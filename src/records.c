@@ -67,6 +67,7 @@
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
 #include "parser/parse_relation.h"
 #include "storage/lmgr.h"
 #include "storage/procarray.h"
@@ -117,6 +118,17 @@ static const IdemColumnDef idem_columns[IDEM_NUM_COLUMNS] = {
  * The layout of the current relcache entry of idem_keys.  One table per
  * database (the extension is installed once), so one entry is enough;
  * another relid simply resolves again.
+ *
+ * With it, the table's CHECK constraints prepared for evaluation, as the
+ * executor would prepare them at every write (ExecRelCheck: stringToNode,
+ * expression_planner, ExecInitExpr), and as the type cache keeps a domain's
+ * CHECK constraints: built once in a context of their own under
+ * CacheMemoryContext, dropped when the relcache entry of the table changes
+ * (a constraint added, dropped or validated) or any function does (a CHECK
+ * may call, or have inlined, a function since replaced).  A writer that
+ * began before the drop may still be using them, so their context is not
+ * deleted at once but handed to the transaction that builds the next ones,
+ * and goes with it.
  */
 typedef struct IdemLayout
 {
@@ -124,6 +136,9 @@ typedef struct IdemLayout
 	Oid			relid;
 	AttrNumber	attnum[IDEM_NUM_COLUMNS];
 	Oid			pkey;
+	bool		checks_valid;	/* checks belong to relid's current entry */
+	MemoryContext checks_cxt;	/* NULL: none prepared */
+	ExprState **checks;			/* one per ConstrCheck of the relcache entry */
 } IdemLayout;
 
 static IdemLayout idem_layout;
@@ -151,18 +166,29 @@ static void
 LayoutInvalidate(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == idem_layout.relid)
+	{
 		idem_layout.valid = false;
+		idem_layout.checks_valid = false;
+	}
 	if (relid == InvalidOid || relid == distribution.relid)
 		relcache_generation++;
 }
 
-/* Register LayoutInvalidate, once per backend */
+/* pg_proc callback: a CHECK's function may have changed */
+static void
+ChecksInvalidate(Datum arg, int cacheid, uint32 hashvalue)
+{
+	idem_layout.checks_valid = false;
+}
+
+/* Register LayoutInvalidate and ChecksInvalidate, once per backend */
 static void
 RegisterRelcacheCallback(void)
 {
 	if (!idem_layout_callback)
 	{
 		CacheRegisterRelcacheCallback(LayoutInvalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, ChecksInvalidate, (Datum) 0);
 		idem_layout_callback = true;
 	}
 }
@@ -352,6 +378,56 @@ ResolveLayout(Relation rel)
 	idem_layout.pkey = pkey;
 	idem_layout.relid = RelationGetRelid(rel);
 	idem_layout.valid = true;
+	idem_layout.checks_valid = false;
+}
+
+/*
+ * The CHECK constraints of rel's relcache entry as it is now, prepared for
+ * ExecRelCheck (see IdemLayout); NULL when it has none, or is not the
+ * table whose layout is resolved (ExecRelCheck then prepares them itself).
+ */
+static ExprState **
+PreparedChecks(Relation rel)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	MemoryContext cxt;
+	MemoryContext oldcxt;
+	ExprState **checks;
+	int			i;
+
+	if (constr == NULL || constr->num_check == 0 ||
+		idem_layout.relid != RelationGetRelid(rel))
+		return NULL;
+	if (idem_layout.checks_valid)
+		return idem_layout.checks;
+
+	/* Gone with this transaction: a writer may still use them (see above) */
+	if (idem_layout.checks_cxt != NULL)
+		MemoryContextSetParent(idem_layout.checks_cxt, TopTransactionContext);
+	idem_layout.checks_cxt = NULL;
+
+	/* Built in the current context, kept only once complete */
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "idem_keys CHECK constraints",
+								ALLOCSET_SMALL_SIZES);
+	oldcxt = MemoryContextSwitchTo(cxt);
+	checks = palloc0(constr->num_check * sizeof(ExprState *));
+	for (i = 0; i < constr->num_check; i++)
+	{
+		Expr	   *expr;
+
+		/* The same steps as ExecRelCheck; no virtual columns pass the layout */
+		if (!IdemCheckIsEnforced(&constr->check[i]))
+			continue;
+		expr = stringToNode(constr->check[i].ccbin);
+		checks[i] = ExecInitExpr(expression_planner(expr), NULL);
+	}
+	MemoryContextSwitchTo(oldcxt);
+	MemoryContextSetParent(cxt, CacheMemoryContext);
+
+	idem_layout.checks_cxt = cxt;
+	idem_layout.checks = checks;
+	idem_layout.checks_valid = true;
+	return checks;
 }
 
 /*
@@ -809,6 +885,7 @@ RecordsWriterBegin(IdemTable *table, AclMode modes, const char *function,
 
 	w->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(w->rri, rel, 1, NULL, 0);
+	IdemResultRelChecks(w->rri) = PreparedChecks(rel);
 	/* So that the AFTER triggers find it, as in the apply worker */
 	w->estate->es_opened_result_relations = list_make1(w->rri);
 	w->estate->es_output_cid = GetCurrentCommandId(true);

@@ -49,6 +49,20 @@ ALTER TABLE idem_keys DROP CONSTRAINT rules_never_stuck;
 SELECT idem_release('rules', 'k2');
 DELETE FROM idem_keys WHERE operation = 'rules';
 
+-- A CHECK through a function: replacing the function changes what the next
+-- write checks, as for an INSERT statement (the prepared CHECK goes with it)
+CREATE FUNCTION rules_key_ok(k text) RETURNS boolean LANGUAGE sql IMMUTABLE AS 'SELECT true';
+ALTER TABLE idem_keys ADD CONSTRAINT rules_key_ok CHECK (rules_key_ok(key));
+SELECT outcome FROM idem_reserve('rules', 'f1');
+CREATE OR REPLACE FUNCTION rules_key_ok(k text) RETURNS boolean LANGUAGE sql IMMUTABLE
+	AS $$SELECT k <> 'f2'$$;
+SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'f2')$q$);
+SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'f3')$q$);
+SELECT key FROM idem_keys WHERE operation = 'rules' ORDER BY key;
+ALTER TABLE idem_keys DROP CONSTRAINT rules_key_ok;
+DROP FUNCTION rules_key_ok(text);
+DELETE FROM idem_keys WHERE operation = 'rules';
+
 -- Row triggers the owner adds fire for every write, as for the statements
 CREATE TABLE rules_log (n serial, event text, key text, status text);
 CREATE FUNCTION rules_log_row() RETURNS trigger LANGUAGE plpgsql AS $$
