@@ -267,19 +267,6 @@ ReportMissingExpiryIndex(Oid nspid)
 					 quote_qualified_identifier(get_namespace_name(nspid), "idem_keys"))));
 }
 
-/* Raise the error for a table without an index that serves stuck detection */
-static void
-ReportMissingProcessingIndex(Relation rel)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_UNDEFINED_OBJECT),
-			 errmsg("index \"idem_keys_processing_idx\" of extension \"idempotency\" does not exist"),
-			 errdetail("Stuck detection finds processing records through a B-tree index on created_at WHERE status = 'processing', whatever its name; table \"idem_keys\" has none."),
-			 errhint("Create it again with CREATE INDEX idem_keys_processing_idx ON %s (created_at) WHERE status = 'processing'.",
-					 quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-												RelationGetRelationName(rel)))));
-}
-
 /* Is the index predicate exactly status = 'processing'? */
 static bool
 PredicateIsProcessing(List *pred, AttrNumber status_attnum)
@@ -307,8 +294,9 @@ PredicateIsProcessing(List *pred, AttrNumber status_attnum)
  * idem_keys_processing_idx): a valid B-tree whose first column is
  * created_at, in the default order, with the predicate status =
  * 'processing'.  Every processing record has an entry there and no other
- * record does, so flagging reads only processing records.  An ERROR when
- * there is none.
+ * record does, so flagging reads only processing records.  InvalidOid
+ * when there is none: then the table is read whole, as before the index
+ * existed (whoever drops it trades that for cheaper reservations).
  */
 static Oid
 ProcessingIndex(IdemTable *table)
@@ -341,8 +329,6 @@ ProcessingIndex(IdemTable *table)
 		}
 	}
 	list_free(indexes);
-	if (!OidIsValid(found))
-		ReportMissingProcessingIndex(table->rel);
 	return found;
 }
 
@@ -617,21 +603,23 @@ NotifyStuck(StringInfo buf, text *scope, text *operation, text *key)
  * as stuck, with a NOTIFY each (sent when the transaction commits).  The
  * processing records are read through ProcessingIndex, in created_at order
  * from *lower on, with the latest snapshot: the completed and stuck
- * records, however many, are never read.  Each candidate is locked without
- * waiting, then updated through records.c's executor writer: one that
- * another transaction is writing or locking (idem_complete,
- * idem_checkpoint or idem_release under way) is left for the next pass.
- * *lower moves to the last created_at seen, so the next batch resumes
- * there.  Returns the number flagged and counts them per operation in
- * idem_stats.
+ * records, however many, are never read (without that index, the whole
+ * table is).  Each candidate is locked without waiting, then updated
+ * through records.c's executor writer: one that another transaction is
+ * writing or locking (idem_complete, idem_checkpoint or idem_release under
+ * way) is left for the next pass.  *lower moves to the last created_at
+ * seen, so the next batch resumes there.  Returns the number flagged and
+ * counts them per operation in idem_stats.
  */
 static int64
 FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 {
 	IdemTable	table;
 	IdemWriter	w;
-	Relation	index;
-	IndexScanDesc scan;
+	Oid			indexid;
+	Relation	index = NULL;
+	IndexScanDesc iscan = NULL;
+	TableScanDesc tscan = NULL;
 	TupleTableSlot *slot;
 	ScanKeyData skey[1];
 	int			nkeys = 0;
@@ -643,21 +631,28 @@ FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 	RecordsOpen(maint_catalog.nspid, NULL, RowExclusiveLock, &table);
 	RecordsCheckReadable(&table);
 	RecordsWriterBegin(&table, ACL_UPDATE, "idem_flag_stuck()", &w);
-	index = index_open(ProcessingIndex(&table), AccessShareLock);
-
-	if (*lower != DT_NOBEGIN)
-		ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
-					F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
 
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(table.rel, NULL);
-	scan = IdemIndexBeginScan(table.rel, index, snapshot, nkeys, 0);
-	index_rescan(scan, skey, nkeys, NULL, 0);
+	indexid = ProcessingIndex(&table);
+	if (OidIsValid(indexid))
+	{
+		if (*lower != DT_NOBEGIN)
+			ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
+						F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
+		index = index_open(indexid, AccessShareLock);
+		iscan = IdemIndexBeginScan(table.rel, index, snapshot, nkeys, 0);
+		index_rescan(iscan, skey, nkeys, NULL, 0);
+	}
+	else
+		tscan = IdemTableBeginScan(table.rel, snapshot, 0, NULL);
 	initStringInfo(&buf);
 	oc.n = 0;
 
 	while (flagged < batch_size &&
-		   index_getnext_slot(scan, ForwardScanDirection, slot))
+		   (iscan != NULL ?
+			index_getnext_slot(iscan, ForwardScanDirection, slot) :
+			table_scan_getnextslot(tscan, ForwardScanDirection, slot)))
 	{
 		IdemRow		row;
 		TupleTableSlot *locked = w.locked;
@@ -666,7 +661,7 @@ FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 		CHECK_FOR_INTERRUPTS();
 		slot_getallattrs(slot);
 		created_at = DatumGetTimestampTz(SlotColumn(&table, slot, COL_CREATED_AT));
-		if (created_at > *lower)
+		if (iscan != NULL && created_at > *lower)
 			*lower = created_at;
 		if (RecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_PROCESSING ||
 			DatumGetTimestampTz(SlotColumn(&table, slot, COL_UPDATED_AT)) > cutoff)
@@ -689,10 +684,15 @@ FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 		flagged++;
 	}
 
-	index_endscan(scan);
+	if (iscan != NULL)
+	{
+		index_endscan(iscan);
+		index_close(index, AccessShareLock);
+	}
+	else
+		table_endscan(tscan);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
-	index_close(index, AccessShareLock);
 	RecordsWriterEnd(&w);
 	RecordsClose(&table);
 

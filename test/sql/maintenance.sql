@@ -134,11 +134,17 @@ BEGIN;
 ALTER INDEX idem_keys_processing_idx RENAME TO mt_renamed_idx;
 SELECT idem_flag_stuck();
 ROLLBACK;
--- Without it, or with another predicate, stuck detection is a clean ERROR
+-- Without it (an index with another predicate does not serve), stuck
+-- detection reads the whole table, as it did before the index existed
 BEGIN;
 DROP INDEX idem_keys_processing_idx;
 CREATE INDEX mt_stuck_idx ON idem_keys (created_at) WHERE status = 'stuck';
+SELECT pg_stat_get_xact_numscans('idem_keys'::regclass) AS seq_before,
+       pg_stat_get_xact_numscans('mt_stuck_idx'::regclass) AS index_before
+\gset
 SELECT idem_flag_stuck();
+SELECT pg_stat_get_xact_numscans('idem_keys'::regclass) - :seq_before AS seq_scans,
+       pg_stat_get_xact_numscans('mt_stuck_idx'::regclass) - :index_before AS index_scans;
 ROLLBACK;
 SELECT idem_flag_stuck();
 SELECT idem_release('mt-pay', 'ix-old', 'mt');
