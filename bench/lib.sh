@@ -14,7 +14,7 @@
 #   ratio A B                   TPS[A] / TPS[B] with two decimals
 #   bench_row LABEL NAME BASE   print a table row: label, TPS[NAME], ratio to BASE
 
-BENCH_SECONDS=${BENCH_SECONDS:-15}
+BENCH_SECONDS=${BENCH_SECONDS:-6}
 BENCH_CLIENTS=${BENCH_CLIENTS:-4}
 BENCH_JOBS=${BENCH_JOBS:-2}
 BENCH_ROUNDS=${BENCH_ROUNDS:-3}

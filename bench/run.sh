@@ -6,7 +6,7 @@
 # is sourced in name order; each prints a Markdown table of TPS or rows/s and
 # the ratios its issue names.  Not a timed test: numbers vary by machine.
 #
-# Environment: BENCH_SECONDS (per pgbench run, default 15), BENCH_ROUNDS
+# Environment: BENCH_SECONDS (per pgbench run, default 6), BENCH_ROUNDS
 # (rounds of the core and patterns suites, whose tables show medians;
 # default 3), BENCH_CLIENTS (default 4), BENCH_ONLY=glob to run some suites
 # only.

@@ -13,11 +13,11 @@
 # is the utime + stime of the server's processes over the run (and of
 # redis-server for (h)), from /proc, divided by the requests.
 #
-# LOAD_SECONDS (default 4) per run, LOAD_ROUNDS (default 3) interleaved
+# LOAD_SECONDS (default 3) per run, LOAD_ROUNDS (default 3) interleaved
 # rounds; every run starts from bench/core/reset.sql's tables and an empty
 # Redis.  The tables show medians.
 
-LOAD_SECONDS=${LOAD_SECONDS:-4}
+LOAD_SECONDS=${LOAD_SECONDS:-3}
 LOAD_ROUNDS=${LOAD_ROUNDS:-3}
 bench_loadgen_build
 bench_redis_start
