@@ -564,6 +564,13 @@ notice_receiver(void *arg, const PGresult *res)
 		c->effect_seen = true;
 }
 
+static void
+quiet_notice(void *arg, const PGresult *res)
+{
+	(void) arg;
+	(void) res;
+}
+
 static PGconn *
 pg_connect(bool must)
 {
@@ -1148,6 +1155,8 @@ main(int argc, char **argv)
 	load_script(script_path);
 
 	mon = pg_connect(true);
+	/* a crash's "terminating connection" warning is expected in a fault run */
+	PQsetNoticeReceiver(mon, quiet_notice, NULL);
 	if (key_list_sql != NULL)
 	{
 		PGresult   *res = PQexec(mon, key_list_sql);

@@ -6,7 +6,10 @@
 #   - the records are loaded with one INSERT ... SELECT generate_series
 #     (completed, expiring in a day) with the primary key dropped and added
 #     again after it (built by sorting: packed pages, as after a REINDEX),
-#     then VACUUM ANALYZE and CHECKPOINT: every run starts after one;
+#     then VACUUM ANALYZE, and the primary key read into shared buffers
+#     (pg_prewarm: CREATE INDEX writes past them; a live index is hot);
+#     every run starts after a CHECKPOINT, the worst moment for
+#     full-page images of random primary-key pages;
 #   - heap and primary-key bytes per record;
 #   - idem_flag_stuck() with nothing stuck (the fastest of 3 calls);
 #   - replays (bench/core/r_replay_loaded.sql) of recent keys (the last
@@ -31,11 +34,11 @@ as_test_user dropdb --if-exists "$SCALE_DB" 2>/dev/null
 as_test_user createdb "$SCALE_DB"
 BENCH_DB=$SCALE_DB bench_sql "$IDEM_SRC/bench/core/setup.sql"
 BENCH_DB=$SCALE_DB bench_sql "$IDEM_SRC/bench/core/scale_keys.sql"
-bench_system "SET idempotency.enabled = off"
-
 scale_sql() {
 	BENCH_DB=$SCALE_DB bench_sql - <<<"$1" >/dev/null
 }
+scale_sql "CREATE EXTENSION pg_prewarm"
+bench_system "SET idempotency.enabled = off"
 
 declare -A SCALE
 for shape in $SCALE_SHAPES; do
@@ -53,7 +56,8 @@ SELECT 'acct-1', 'create-payment', 'k-' || bench_scale_key('$shape', i), h, 'com
 	now() + interval '1 day', interval '1 day'
 FROM idem_hash('{\"amount\": 100}') h, generate_series(1, $size) i;
 ALTER TABLE idem_keys ADD CONSTRAINT idem_keys_pkey PRIMARY KEY (scope, operation, key);
-VACUUM ANALYZE idem_keys;"
+VACUUM ANALYZE idem_keys;
+SELECT pg_prewarm('idem_keys_pkey');"
 		s=$shape/$size
 		IFS='|' read -r SCALE[$s/heap] SCALE[$s/index] < <(BENCH_DB=$SCALE_DB bench_value \
 			"SELECT round(pg_relation_size('idem_keys')::numeric / $size),
@@ -104,7 +108,8 @@ scale_ratio() {
 echo "## Scale: live records in idem_keys (95_scale)"
 echo
 echo "bench/loadgen.c, $BENCH_CLIENTS connections, prepared statements, ${SCALE_SECONDS} s per run, one run each,"
-echo "each after a CHECKPOINT; the worker paused. New keys: (e), the payment with its reserve and complete."
+echo "each after a CHECKPOINT, the primary key read into shared buffers after the load; the worker paused."
+echo "New keys: (e), the payment with its reserve and complete."
 echo "Replays: idem_reserve of loaded keys, the last 10,000 loaded (recent) or 10,000 of all (random)."
 echo
 echo "| keys | live records | new keys/s, sync off | WAL bytes per new key | new keys/s, sync on | replays/s, recent keys | replays/s, random keys | heap bytes per record | index bytes per record | idem_flag_stuck() ms, nothing stuck |"
