@@ -62,8 +62,7 @@ nc_cpu() {
 nc_row() {
 	local v=$2 base=${3:-a_bare_insert} mode cells=""
 	for mode in off on simple; do
-		cells="$cells | $(printf '%.0f' "$(nc_m "$v" "$mode" rps)") | $(nc_div "$(nc_m "$v" "$mode" rps)" "$(nc_m "$base" "$mode" rps)")"
-		[ "$mode" = simple ] || cells="$cells | $(nc_cpu "$v" "$mode")"
+		cells="$cells | $(printf '%.0f' "$(nc_m "$v" "$mode" rps)") | $(nc_div "$(nc_m "$v" "$mode" rps)" "$(nc_m "$base" "$mode" rps)") | $(nc_cpu "$v" "$mode")"
 	done
 	echo "| $1$cells |"
 }
@@ -75,8 +74,8 @@ echo "each round runs every variant once per column, each from bench/core/reset.
 echo "Ratios are to (a) in the same column unless the row says otherwise. Server CPU is µs"
 echo "of utime + stime of every server process per request."
 echo
-echo "| per request | sync off, prepared: req/s | ratio | server CPU µs | sync on, prepared: req/s | ratio | server CPU µs | sync off, simple protocol: req/s | ratio |"
-echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| per request | sync off, prepared: req/s | ratio | server CPU µs | sync on, prepared: req/s | ratio | server CPU µs | sync off, simple protocol: req/s | ratio | server CPU µs |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 nc_row "(a) bare INSERT of the payment" a_bare_insert
 nc_row "(g) floor: payment + bare key row, one statement" g_floor
 nc_row "(c) the seed's PL/pgSQL with ON CONFLICT" c_seed_plpgsql
