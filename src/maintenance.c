@@ -71,6 +71,7 @@
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_index.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -166,6 +167,7 @@ typedef struct PassState
 {
 	IdemTxnMode mode;
 	Oid			nspid;			/* InvalidOid: find the extension (worker) */
+	Oid			relid;			/* the relation maintained (PassRelations) */
 	int			batch_size;		/* 0: idempotency.sweep_batch_size */
 	IdemStopCallback stop;
 	IdemPassCounts *counts;
@@ -176,7 +178,10 @@ typedef struct PassState
 	int			save_sec_context;
 } PassState;
 
-/* SQL texts; %1$s is the quoted schema of the extension */
+/*
+ * SQL texts; %1$s is the quoted schema of the extension, %2$s the relation
+ * maintained: idem_keys, or with Citus one of its shards on this node
+ */
 static const char *const mplan_sql[NUM_MPLANS] = {
 	[MPLAN_ANY_RECONCILER] =
 	"SELECT 1 FROM %1$s.idem_reconcilers LIMIT 1",
@@ -184,14 +189,14 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 	"SELECT k.scope::pg_catalog.text, k.operation::pg_catalog.text,"
 	" k.key::pg_catalog.text, r.handler::pg_catalog.text,"
 	" r.run_as::pg_catalog.oid, r.registered_by::pg_catalog.oid"
-	" FROM %1$s.idem_keys k JOIN %1$s.idem_reconcilers r"
+	" FROM %2$s k JOIN %1$s.idem_reconcilers r"
 	" ON r.operation OPERATOR(pg_catalog.=) k.operation"
 	" WHERE k.status OPERATOR(pg_catalog.=) 'stuck'::pg_catalog.text"
 	" AND k.scope IS NOT NULL AND k.key IS NOT NULL AND r.handler IS NOT NULL"
 	" AND r.run_as IS NOT NULL AND r.registered_by IS NOT NULL"
 	" ORDER BY k.updated_at, k.scope, k.operation, k.key LIMIT $1",
 	[MPLAN_STUCK_ROW] =
-	"SELECT k FROM %1$s.idem_keys k"
+	"SELECT ROW(k.*)::%1$s.idem_keys FROM %2$s k"
 	" WHERE k.scope OPERATOR(pg_catalog.=) $1"
 	" AND k.operation OPERATOR(pg_catalog.=) $2"
 	" AND k.key OPERATOR(pg_catalog.=) $3"
@@ -332,15 +337,63 @@ ProcessingIndex(IdemTable *table)
 	return found;
 }
 
+/* Is the index indexid a btree, whose strategies the sweep's scan keys use? */
+static bool
+IndexIsBtree(Oid indexid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(indexid));
+	bool		btree;
+
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	btree = ((Form_pg_class) GETSTRUCT(tuple))->relam == BTREE_AM_OID;
+	ReleaseSysCache(tuple);
+	return btree;
+}
+
 /*
- * Find the extension's tables and lock idem_keys for this unit of work
- * (records.c checks its layout).  With nspid InvalidOid (the worker) the
- * extension is looked up, and a missing extension or table, or one dropped
- * while we waited for the lock, is reported by returning false.  With a
- * schema (SQL functions) those are errors.
+ * The index on (expires_at) of the relation maintained: idem_keys_expires_at_idx
+ * or, on a shard, Citus's copy of it, which has another name
+ */
+static Oid
+ExpiryIndex(Relation rel, AttrNumber expires_at)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	Oid			result = InvalidOid;
+
+	foreach(lc, indexes)
+	{
+		HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
+		Form_pg_index index;
+
+		if (!HeapTupleIsValid(tuple))
+			continue;
+		index = (Form_pg_index) GETSTRUCT(tuple);
+		if (index->indnatts == 1 && index->indkey.values[0] == expires_at &&
+			heap_attisnull(tuple, Anum_pg_index_indpred, NULL) &&
+			heap_attisnull(tuple, Anum_pg_index_indexprs, NULL) &&
+			IndexIsBtree(index->indexrelid))
+			result = index->indexrelid;
+		ReleaseSysCache(tuple);
+		if (OidIsValid(result))
+			break;
+	}
+	list_free(indexes);
+	return result;
+}
+
+/*
+ * Find the extension's tables and lock the relation maintained for this
+ * unit of work (records.c checks its layout): relid, one of
+ * RecordsLocalRelations, or idem_keys itself when InvalidOid.  With nspid
+ * InvalidOid (the worker) the extension is looked up, and a missing
+ * extension or table, or one dropped while we waited for the lock, is
+ * reported by returning false.  With a schema (SQL functions) those are
+ * errors, except a shard that moved away: it is skipped.
  */
 static bool
-OpenCatalog(Oid nspid)
+OpenCatalog(Oid nspid, Oid relid)
 {
 	MaintCatalog *cat = &maint_catalog;
 	bool		quiet = !OidIsValid(nspid);
@@ -357,16 +410,21 @@ OpenCatalog(Oid nspid)
 			return false;
 	}
 
-	if (!RecordsTryOpen(nspid, NULL, RowExclusiveLock, &table))
+	if (OidIsValid(relid))
+	{
+		if (!RecordsTryOpenRelation(relid, RowExclusiveLock, &table))
+			return false;
+	}
+	else if (!RecordsTryOpen(nspid, NULL, RowExclusiveLock, &table))
 	{
 		if (quiet)
 			return false;
 		ReportMissingTable("idem_keys");
 	}
 	keys = RelationGetRelid(table.rel);
+	expires = ExpiryIndex(table.rel, table.attnum[COL_EXPIRES_AT]);
 	RecordsClose(&table);
 
-	expires = get_relname_relid("idem_keys_expires_at_idx", nspid);
 	reconcilers = get_relname_relid("idem_reconcilers", nspid);
 	if (!OidIsValid(reconcilers))
 	{
@@ -407,7 +465,9 @@ GetPlan(MaintPlan which)
 	if (cat->plans[which] == NULL)
 	{
 		char	   *nspname = get_namespace_name(cat->nspid);
-		char	   *sql = psprintf(mplan_sql[which], quote_identifier(nspname));
+		char	   *sql = psprintf(mplan_sql[which], quote_identifier(nspname),
+									   quote_qualified_identifier(get_namespace_name(get_rel_namespace(cat->keys_relid)),
+																  get_rel_name(cat->keys_relid)));
 		SPIPlanPtr	plan;
 
 		plan = SPI_prepare_cursor(sql, mplan_nargs[which],
@@ -524,7 +584,8 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 	OpCounts	oc;
 	int64		deleted = 0;
 
-	RecordsOpen(cat->nspid, NULL, RowExclusiveLock, &table);
+	if (!RecordsTryOpenRelation(cat->keys_relid, RowExclusiveLock, &table))
+		return 0;
 	RecordsCheckReadable(&table);
 	RecordsWriterBegin(&table, ACL_DELETE, "idem_sweep()", &w);
 	index = index_open(cat->expires_indexid, AccessShareLock);
@@ -628,7 +689,8 @@ FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 	OpCounts	oc;
 	int64		flagged = 0;
 
-	RecordsOpen(maint_catalog.nspid, NULL, RowExclusiveLock, &table);
+	if (!RecordsTryOpenRelation(maint_catalog.keys_relid, RowExclusiveLock, &table))
+		return 0;
 	RecordsCheckReadable(&table);
 	RecordsWriterBegin(&table, ACL_UPDATE, "idem_flag_stuck()", &w);
 
@@ -950,7 +1012,9 @@ ReconcilerRunnable(StuckRecord *rec, Oid handler, Oid rowtype)
 static bool
 CallReconciler(StuckRecord *rec, Datum row)
 {
-	Oid			rowtype = get_rel_type_id(maint_catalog.keys_relid);
+	/* the type of idem_keys itself, also when the records are a shard's */
+	Oid			rowtype = get_rel_type_id(get_relname_relid("idem_keys",
+															maint_catalog.nspid));
 	Oid			handler;
 	Oid			save_userid;
 	int			save_sec_context;
@@ -1166,7 +1230,7 @@ BecomeTableOwner(PassState *ps)
 static bool
 UnitOpen(PassState *ps)
 {
-	if (OpenCatalog(ps->nspid))
+	if (OpenCatalog(ps->nspid, ps->relid))
 	{
 		if (ps->mode == IDEM_TXN_WORKER)
 			BecomeTableOwner(ps);
@@ -1288,7 +1352,31 @@ ReconcilePhase(PassState *ps)
 }
 
 /*
- * Run the given phases of a pass.  The pass's memory must outlive the
+ * The relations a pass maintains, in the pass's memory: idem_keys, or the
+ * shards of it that this node holds (records.c); NIL when the extension is
+ * not installed (the worker) or its node holds no shard.
+ */
+static List *
+PassRelations(PassState *ps)
+{
+	List	   *relids = NIL;
+	Oid			nspid;
+
+	UnitBegin(ps, "idempotency: listing the relations of records");
+	nspid = OidIsValid(ps->nspid) ? ps->nspid : ExtensionSchema();
+	if (OidIsValid(nspid))
+	{
+		relids = RecordsLocalRelations(nspid);
+		MemoryContextSwitchTo(ps->passcxt);
+		relids = list_copy(relids);
+	}
+	UnitEnd(ps);
+	return relids;
+}
+
+/*
+ * Run the given phases of a pass over each relation of records on this
+ * node (PassRelations).  The pass's memory must outlive the
  * transactions of worker and procedure mode, so it hangs below the
  * current context, which the caller keeps across them.
  */
@@ -1298,11 +1386,13 @@ RunPass(IdemTxnMode mode, Oid nspid, int phases, int batch_size,
 {
 	PassState	ps;
 	MemoryContext oldcxt = CurrentMemoryContext;
+	ListCell   *lc;
 
 	memset(counts, 0, sizeof(*counts));
 	ps.mode = mode;
 	ps.as_owner = false;
 	ps.nspid = nspid;
+	ps.relid = InvalidOid;
 	ps.batch_size = batch_size;
 	ps.stop = stop;
 	ps.counts = counts;
@@ -1314,10 +1404,14 @@ RunPass(IdemTxnMode mode, Oid nspid, int phases, int batch_size,
 									   ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(ps.passcxt);
 
-	if ((phases & PHASE_SWEEP) == 0 || SweepPhase(&ps))
-		if ((phases & PHASE_FLAG) == 0 || FlagPhase(&ps))
-			if (phases & PHASE_RECONCILE)
-				(void) ReconcilePhase(&ps);
+	foreach(lc, PassRelations(&ps))
+	{
+		ps.relid = lfirst_oid(lc);
+		if (!((phases & PHASE_SWEEP) == 0 || SweepPhase(&ps)) ||
+			!((phases & PHASE_FLAG) == 0 || FlagPhase(&ps)) ||
+			!((phases & PHASE_RECONCILE) == 0 || ReconcilePhase(&ps)))
+			break;
+	}
 
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextDelete(ps.passcxt);
@@ -1471,7 +1565,7 @@ idem_set_reconciler(PG_FUNCTION_ARGS)
 
 	IdemCheckOperation(operation);
 	values[0] = PointerGetDatum(operation);
-	(void) OpenCatalog(nspid);
+	(void) OpenCatalog(nspid, InvalidOid);
 
 	if (!PG_ARGISNULL(1))
 	{

@@ -63,6 +63,7 @@
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "common/hashfn.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
@@ -199,6 +200,8 @@ ExtensionInvalidate(Datum arg, int cacheid, uint32 hashvalue)
 {
 	extension_generation++;
 }
+
+static void OpenLocked(Oid relid, LOCKMODE lockmode, IdemTable *table);
 
 /* Raise the error for an idem_keys that is not there (any more) */
 static void
@@ -518,13 +521,31 @@ ShardOfScope(Oid relid, text *scope, Oid *shard_relid)
 	return shardid;
 }
 
-/* Fifth field of Citus's advisory lock on a shard's metadata */
-#define CITUS_SHARD_METADATA_LOCK	4
+/*
+ * Take the lock on a shard's placement metadata that Citus's own writers
+ * take and a shard move or split takes exclusively on every node, through
+ * Citus's own function: the lock's tag depends on the shard's colocation.
+ */
+static void
+LockShardMetadata(int64 shardid)
+{
+	typedef void (*LockFunc) (int64 shardId, LOCKMODE lockMode);
+	static LockFunc lock_func = NULL;
+
+	if (lock_func == NULL)
+		lock_func = (LockFunc) load_external_function("$libdir/citus",
+													  "LockShardDistributionMetadata",
+													  true, NULL);
+	lock_func(shardid, ShareLock);
+}
 
 /*
  * The local shard relation of the distributed idem_keys relid that holds
  * scope, locked with lockmode, under the shard's metadata lock (see the
- * file header); an ERROR when this node does not hold it.
+ * file header).  An ERROR 55000 when this node does not hold it (the call
+ * was not delegated), and 40001 when the shard moved away while we waited
+ * for its lock (the caller's transaction was routed before the move, and
+ * a retry goes to the shard's new node).
  */
 static Oid
 LocalShardOfScope(Relation rel, text *scope, LOCKMODE lockmode)
@@ -533,14 +554,19 @@ LocalShardOfScope(Relation rel, text *scope, LOCKMODE lockmode)
 	Oid			shard_relid;
 	int64		shardid = ShardOfScope(relid, scope, &shard_relid);
 
+	if (!OidIsValid(shard_relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the records of scope \"%s\" are not on this node",
+						text_to_cstring(scope)),
+				 errdetail("Shard " INT64_FORMAT " of the distributed table \"idem_keys\" holds them, and this node has no placement of it.",
+						   shardid),
+				 errhint("Call the function with the scope as a constant so that Citus delegates it to the node of the shard, or connect to that node.")));
 	for (;;)
 	{
-		LOCKTAG		tag;
 		int64		again;
 
-		SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (shardid >> 32),
-							 (uint32) shardid, CITUS_SHARD_METADATA_LOCK);
-		(void) LockAcquire(&tag, ShareLock, false, false);
+		LockShardMetadata(shardid);
 		/* a move or a split may have committed while we waited */
 		again = ShardOfScope(relid, scope, &shard_relid);
 		if (again == shardid)
@@ -554,12 +580,12 @@ LocalShardOfScope(Relation rel, text *scope, LOCKMODE lockmode)
 			return shard_relid;
 	}
 	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("the records of scope \"%s\" are not on this node",
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access due to a concurrent move of the shard of scope \"%s\"",
 					text_to_cstring(scope)),
-			 errdetail("Shard " INT64_FORMAT " of the distributed table \"idem_keys\" holds them, and this node has no placement of it.",
+			 errdetail("Shard " INT64_FORMAT " of the distributed table \"idem_keys\" left this node while the call waited for it.",
 					   shardid),
-			 errhint("Call the function with the scope as a constant so that Citus delegates it to the node of the shard, or connect to that node.")));
+			 errhint("Retry the transaction.")));
 	return InvalidOid;			/* keep compiler quiet */
 }
 
@@ -636,6 +662,64 @@ RecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode)
 }
 
 /*
+ * The relations that hold records on this node, for its maintenance:
+ * idem_keys of schema nspid, or, when Citus distributes it, the shards of it
+ * that this node holds (none on a coordinator without shards).  Each is
+ * opened later with RecordsTryOpenRelation, which sees one dropped since.
+ */
+List *
+RecordsLocalRelations(Oid nspid)
+{
+	Oid			relid = get_relname_relid("idem_keys", nspid);
+	Datum		values[1] = {ObjectIdGetDatum(relid)};
+	Oid			types[1] = {REGCLASSOID};
+	List	   *result = NIL;
+	MemoryContext caller = CurrentMemoryContext;
+	Relation	rel;
+	bool		distributed;
+	uint64		i;
+	int			rc;
+
+	if (!OidIsValid(relid))
+		return NIL;
+	if (!CitusInstalled())
+		return list_make1_oid(relid);
+	rel = table_open(relid, AccessShareLock);
+	distributed = IsDistributed(rel);
+	table_close(rel, NoLock);
+	if (!distributed)
+		return list_make1_oid(relid);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute_with_args("SELECT pg_catalog.to_regclass(pg_catalog.shard_name($1, s.shardid, false))::pg_catalog.oid"
+							   " FROM pg_catalog.pg_dist_shard s JOIN pg_catalog.pg_dist_placement p"
+							   " ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
+							   " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
+							   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)"
+							   " ORDER BY s.shardid",
+							   1, types, values, NULL, true, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+	for (i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+									  1, &isnull);
+
+		if (!isnull)
+		{
+			MemoryContext oldcxt = MemoryContextSwitchTo(caller);
+
+			result = lappend_oid(result, DatumGetObjectId(d));
+			MemoryContextSwitchTo(oldcxt);
+		}
+	}
+	SPI_finish();
+	return result;
+}
+
+/*
  * Open the relation that holds the records of scope (RecordsResolve) with
  * lockmode, held until the end of the transaction, and resolve its layout;
  * false when there is no idem_keys, or it was dropped while we waited for
@@ -649,14 +733,37 @@ RecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode, IdemTable *table)
 
 	if (!OidIsValid(relid))
 		return false;
+	OpenLocked(relid, lockmode, table);
+	return true;
+}
 
+/*
+ * Open relid, one of RecordsLocalRelations, as RecordsTryOpen does; false
+ * when it was dropped (a shard moved away meanwhile).
+ */
+bool
+RecordsTryOpenRelation(Oid relid, LOCKMODE lockmode, IdemTable *table)
+{
+	LockRelationOid(relid, lockmode);
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+	{
+		UnlockRelationOid(relid, lockmode);
+		return false;
+	}
+	OpenLocked(relid, lockmode, table);
+	return true;
+}
+
+/* Open relid, locked already with lockmode, and resolve its layout */
+static void
+OpenLocked(Oid relid, LOCKMODE lockmode, IdemTable *table)
+{
 	table->rel = table_open(relid, NoLock);
 	table->lockmode = lockmode;
 	if (!idem_layout.valid || idem_layout.relid != relid)
 		ResolveLayout(table->rel);
 	table->attnum = idem_layout.attnum;
 	table->pkey = idem_layout.pkey;
-	return true;
 }
 
 /* RecordsTryOpen, with an ERROR when the table is not there */

@@ -102,6 +102,9 @@ extern bool RecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode,
 						   IdemTable *table);
 extern void RecordsOpen(Oid nspid, text *scope, LOCKMODE lockmode,
 						IdemTable *table);
+extern List *RecordsLocalRelations(Oid nspid);
+extern bool RecordsTryOpenRelation(Oid relid, LOCKMODE lockmode,
+								   IdemTable *table);
 extern void RecordsClose(IdemTable *table);
 extern void RecordsCheckReadable(IdemTable *table);
 extern bool RecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
