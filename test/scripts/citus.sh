@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# Scale-out on Citus (README "Scale-out (Citus)"): a coordinator and two
+# workers on loopback, idem_keys distributed by scope next to payments
+# (idem_distribute), and exactly one effect per key in every case:
+#   - before the set-up, the local-table mode is refused;
+#   - a storm with rollbacks from the coordinator and from a worker at once;
+#   - one key used from all three nodes;
+#   - a coordinator backend killed at commit (after the worker's part
+#     committed, before its own commit is acknowledged), and one killed at
+#     random during a storm, then every key retried;
+#   - a shard move during a storm, then every key retried;
+#   - the background worker of each node sweeping and flagging its shards.
+# Effects are counted in the distributed table payments.  Skipped (exit 77)
+# where the server installation has no citus.so: Citus is not in Debian's
+# archive, build it from its source to run this.
+set -euo pipefail
+
+PGBIN=${PGBIN:-$(pg_config --bindir)}
+libdir=$("$PGBIN/pg_config" --pkglibdir)
+if [ ! -e "$libdir/citus.so" ]; then
+	echo "skipped: Citus is not installed ($libdir/citus.so is absent; it is not in Debian's archive, build it from source)"
+	exit 77
+fi
+
+work=$(mktemp -d "${IDEM_WORK:-${TMPDIR:-/tmp}}/citus.XXXXXX")
+port0=$((40000 + ($$ % 4000) * 3))
+ports=("$port0" $((port0 + 1)) $((port0 + 2)))
+names=(coordinator worker1 worker2)
+
+cleanup() {
+	local i
+	for i in 0 1 2; do
+		[ -f "$work/n$i/postmaster.pid" ] &&
+			"$PGBIN/pg_ctl" -D "$work/n$i" -m immediate stop >/dev/null 2>&1 || true
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+# psql on node N (0 coordinator, 1 and 2 workers)
+q() {
+	local n=$1
+	shift
+	"$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "${ports[$n]}" -d idem "$@"
+}
+
+fail=0
+check() {
+	# check NAME ACTUAL EXPECTED
+	if [ "$2" = "$3" ]; then
+		echo "  ok: $1 = $2"
+	else
+		echo "  FAILED: $1 = $2, expected $3"
+		fail=1
+	fi
+}
+
+for i in 0 1 2; do
+	"$PGBIN/initdb" -D "$work/n$i" --auth=trust -E UTF8 --locale=C >"$work/initdb$i.log" 2>&1 ||
+		{ cat "$work/initdb$i.log"; exit 1; }
+	cat >>"$work/n$i/postgresql.conf" <<CONF
+port = ${ports[$i]}
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '$work'
+shared_preload_libraries = 'citus,idempotency'
+max_prepared_transactions = 50
+max_connections = 60
+fsync = off
+idempotency.sweep_interval = '1s'
+CONF
+	"$PGBIN/pg_ctl" -D "$work/n$i" -l "$work/n$i.log" -w start >/dev/null
+	"$PGBIN/psql" -X -q -h 127.0.0.1 -p "${ports[$i]}" -d postgres -c 'CREATE DATABASE idem'
+	q "$i" -c 'CREATE EXTENSION citus'
+done
+q 0 <<SQL >/dev/null
+SELECT pg_catalog.citus_set_coordinator_host('127.0.0.1', ${ports[0]});
+SELECT pg_catalog.citus_add_node('127.0.0.1', ${ports[1]});
+SELECT pg_catalog.citus_add_node('127.0.0.1', ${ports[2]});
+CREATE EXTENSION idempotency;
+CREATE TABLE payments (tenant text COLLATE "C" NOT NULL, key text NOT NULL, amount int);
+SELECT pg_catalog.create_distributed_table('payments', 'tenant');
+CREATE TABLE coordinator_audit (n int);
+SQL
+echo "cluster: coordinator :${ports[0]}, workers :${ports[1]} :${ports[2]}, $(q 0 -c "SELECT extversion FROM pg_extension WHERE extname = 'citus'") citus"
+
+echo "== local-table mode (idem_keys not distributed) is refused"
+out=$(q 0 -c "SELECT outcome FROM idem_reserve('pay', 'k', scope => 't1')" 2>&1 || true)
+echo "  $(echo "$out" | head -1)"
+check "refused" "$(echo "$out" | grep -c 'must be distributed by scope')" 1
+
+echo "== idem_distribute('payments')"
+q 0 -c "SELECT idem_distribute('payments')" >/dev/null
+check "idem_keys distributed, co-located with payments" \
+	"$(q 0 -c "SELECT count(DISTINCT colocationid) FROM pg_dist_partition WHERE logicalrelid IN ('idem_keys'::regclass, 'payments'::regclass)")" 1
+check "delegated functions" \
+	"$(q 0 -c "SELECT count(*) FROM pg_dist_object WHERE objid IN ('idem_reserve'::regproc, 'idem_complete'::regproc, 'idem_release'::regproc, 'idem_checkpoint'::regproc, 'idem_lookup'::regproc, 'idem_call'::regproc) AND force_delegation")" 6
+
+# One attempt of key K in scope tS: reserve, effect, complete; rollback
+# when RB is 0.  Constants only, so that Citus delegates each call.
+cat >"$work/attempt.sql" <<'PGB'
+\set k random(1, 400)
+\set t :k % 16
+\set rb random(0, 4)
+BEGIN;
+SELECT (outcome = 'new') AS is_new FROM idem_reserve('storm', 'key-:k', '{"k": :k}', 't:t') \gset
+\if :is_new
+INSERT INTO payments (tenant, key, amount) VALUES ('t:t', 'key-:k', :k);
+SELECT idem_complete('storm', 'key-:k', '{"charged": :k}', 201, NULL, 't:t');
+\endif
+\if :rb = 0
+ROLLBACK;
+\else
+COMMIT;
+\endif
+PGB
+# ... and every key once, in order, for the retries after a crash or a move
+for k in $(seq 1 400); do
+	t=$((k % 16))
+	cat <<SQL
+BEGIN;
+SELECT (outcome = 'new') AS is_new FROM idem_reserve('storm', 'key-$k', '{"k": $k}', 't$t') \\gset
+\\if :is_new
+INSERT INTO payments (tenant, key, amount) VALUES ('t$t', 'key-$k', $k);
+SELECT idem_complete('storm', 'key-$k', '{"charged": $k}', 201, NULL, 't$t');
+\\endif
+COMMIT;
+SQL
+done >"$work/retry_all.sql"
+
+storm() {
+	# storm NODE CLIENTS SECONDS LOG
+	# --max-tries: a transaction that Citus cancels in a distributed
+	# deadlock with a shard move (40P01) is retried, as an application would
+	"$PGBIN/pgbench" -n -h 127.0.0.1 -p "${ports[$1]}" -c "$2" -j 1 -T "$3" \
+		--max-tries=50 -f "$work/attempt.sql" idem >"$4" 2>&1
+}
+
+# The effects against the records, over the whole cluster
+verify() {
+	local label=$1 expect_all=$2
+	check "$label: keys charged twice" \
+		"$(q 0 -c "SELECT count(*) FROM (SELECT tenant, key FROM payments GROUP BY 1, 2 HAVING count(*) > 1) d")" 0
+	check "$label: effects without a completed record" \
+		"$(q 0 -c "SELECT count(*) FROM payments p LEFT JOIN idem_keys i ON i.scope = p.tenant AND i.key = p.key AND i.operation = 'storm' AND i.status = 'completed' WHERE i.key IS NULL AND p.key LIKE 'key-%'")" 0
+	check "$label: completed records without an effect" \
+		"$(q 0 -c "SELECT count(*) FROM idem_keys i LEFT JOIN payments p ON p.tenant = i.scope AND p.key = i.key WHERE i.operation = 'storm' AND p.key IS NULL")" 0
+	check "$label: records not completed" \
+		"$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'storm' AND status <> 'completed'")" 0
+	if [ "$expect_all" = all ]; then
+		check "$label: completed keys" \
+			"$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'storm'")" 400
+	fi
+	check "$label: rows in the shells (must be none)" \
+		"$(for n in 0 1 2; do q "$n" -c "SELECT pg_relation_size('idem_keys')"; done | awk '{ s += $1 } END { print s }')" 0
+}
+
+echo "== storm: 4 clients on the coordinator and 4 on worker1, 20% rollbacks, 10 s"
+storm 0 4 10 "$work/storm0.log" &
+p0=$!
+storm 1 4 10 "$work/storm1.log" &
+p1=$!
+wait "$p0" || true
+wait "$p1" || true
+for n in 0 1; do
+	echo "  ${names[$n]}: $(grep -E 'number of transactions actually processed' "$work/storm$n.log"), $(grep -cE 'ERROR|aborted' "$work/storm$n.log" || true) client errors"
+	if grep -E 'ERROR|aborted' "$work/storm$n.log" | head -3; then fail=1; fi
+done
+verify storm some
+
+echo "== one key from every node"
+for n in 0 1 2; do
+	q "$n" >/dev/null <<'SQL'
+BEGIN;
+SELECT (outcome = 'new') AS is_new FROM idem_reserve('cross', 'k1', NULL, 't7') \gset
+\if :is_new
+INSERT INTO payments VALUES ('t7', 'cross-k1', 1);
+SELECT idem_complete('cross', 'k1', NULL, 200, NULL, 't7');
+\endif
+COMMIT;
+SQL
+	echo "  ${names[$n]}: $(q "$n" -c "SELECT outcome FROM idem_reserve('cross', 'k1', NULL, 't7')")"
+done
+check "cross-node effects" "$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'cross-k1'")" 1
+
+echo "== a coordinator backend killed at commit, after the worker's part committed"
+# The coordinator's own commit waits for a standby that never comes
+# (synchronous_standby_names), after Citus has committed on the worker.
+q 0 -c "ALTER SYSTEM SET synchronous_standby_names = 'nobody'" -c "SELECT pg_reload_conf()" >/dev/null
+q 0 >/dev/null 2>&1 <<'SQL' &
+SET application_name = 'killed_at_commit';
+BEGIN;
+SELECT outcome FROM idem_reserve('kill', 'k1', NULL, 't5');
+INSERT INTO payments VALUES ('t5', 'kill-k1', 1);
+SELECT idem_complete('kill', 'k1', NULL, 200, NULL, 't5');
+INSERT INTO coordinator_audit VALUES (1);
+COMMIT;
+SQL
+client=$!
+pid=
+for _ in $(seq 1 100); do
+	pid=$(q 0 -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'killed_at_commit' AND wait_event = 'SyncRep'")
+	[ -n "$pid" ] && break
+	sleep 0.1
+done
+check "backend waiting in its commit" "$([ -n "$pid" ] && echo yes || echo no)" yes
+[ -n "$pid" ] && kill -9 "$pid"
+wait "$client" || true
+for _ in $(seq 1 100); do "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "${ports[0]}" -d idem && break; sleep 0.2; done
+sleep 1
+q 0 -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
+echo "  after the restart: $(q 0 -c "SELECT outcome FROM idem_reserve('kill', 'k1', NULL, 't5')")"
+check "effects of the killed key" "$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'kill-k1'")" 1
+
+echo "== kill -9 of a coordinator backend during a storm, then every key retried"
+storm 0 4 6 "$work/storm_kill.log" &
+p0=$!
+sleep 3
+pid=$(q 0 -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgbench' AND state <> 'idle' ORDER BY random() LIMIT 1")
+echo "  killed backend $pid"
+kill -9 "$pid" || true
+wait "$p0" || true
+for _ in $(seq 1 100); do "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "${ports[0]}" -d idem && break; sleep 0.2; done
+sleep 1
+q 0 -f "$work/retry_all.sql" >/dev/null
+verify "after the kill" all
+
+echo "== shard move during a storm, then every key retried"
+read -r shardid src <<<"$(q 0 -F ' ' -c "SELECT s.shardid, p.nodeport FROM pg_dist_shard s JOIN pg_dist_shard_placement p USING (shardid) WHERE s.logicalrelid = 'idem_keys'::regclass AND s.shardid = get_shard_id_for_distribution_column('idem_keys', 't3')")"
+dst=$([ "$src" = "${ports[1]}" ] && echo "${ports[2]}" || echo "${ports[1]}")
+before=$(q 0 -c "SELECT count(*) FROM idem_keys WHERE scope = 't3'")
+q 0 -c "DELETE FROM payments WHERE tenant = 't3'" -c "DELETE FROM idem_keys WHERE scope = 't3'"
+storm 0 4 8 "$work/storm_move.log" &
+p0=$!
+sleep 2
+# A transaction that reserved on the shard's node before the move and then
+# waits for the move on the coordinator (its INSERT) deadlocks with it; Citus
+# cancels the younger of the two, sometimes the move: try it again then.
+moved=0
+for attempt in $(seq 1 20); do
+	if q 0 -c "SELECT citus_move_shard_placement($shardid, '127.0.0.1', $src, '127.0.0.1', $dst, shard_transfer_mode => 'block_writes')" >/dev/null 2>"$work/move.err"; then
+		moved=1
+		break
+	fi
+	sleep 0.2
+done
+check "shard moved (attempt $attempt)" "$moved" 1
+echo "  moved shard $shardid of scope t3 (records $before, then re-created by the storm) from :$src to :$dst"
+wait "$p0" || true
+echo "  coordinator: $(grep -E 'number of transactions actually processed' "$work/storm_move.log"), $(grep -E 'number of transactions retried' "$work/storm_move.log" || echo 'none retried')"
+check "client errors during the move" "$(grep -cE 'aborted|number of failed transactions: [1-9]' "$work/storm_move.log" || true)" 0
+grep -E 'ERROR|aborted' "$work/storm_move.log" | sort | uniq -c | head -3 || true
+t3=$(q 0 -c "SELECT count(*) FROM idem_keys WHERE scope = 't3' AND status = 'completed'")
+q 0 -f "$work/retry_all.sql" >/dev/null
+check "t3 records after the move and the retries" "$(q 0 -c "SELECT count(*) FROM idem_keys WHERE scope = 't3'")" 25
+check "t3 completed before the retries, replayed by them" "$(q 0 -c "SELECT count(*) FROM payments WHERE tenant = 't3'")" 25
+echo "  ($t3 keys of t3 were completed before the retries)"
+check "replay after the move" "$(q 0 -c "SELECT outcome FROM idem_reserve('storm', 'key-3', '{\"k\": 3}', 't3')")" replay
+verify "after the move" all
+
+echo "== the background worker of each node maintains its shards"
+# Expire every storm record, and age the two others into stuck ones
+q 0 -c "UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE operation = 'storm'" >/dev/null
+q 0 -c "UPDATE idem_keys SET status = 'processing', updated_at = now() - interval '1 hour' WHERE operation IN ('cross', 'kill')" >/dev/null
+for _ in $(seq 1 30); do
+	[ "$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'storm'")" = 0 ] &&
+		[ "$(q 0 -c "SELECT count(*) FROM idem_keys WHERE status = 'stuck'")" = 2 ] && break
+	sleep 0.5
+done
+check "expired records left in the shards" "$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'storm'")" 0
+check "records flagged stuck in the shards" "$(q 0 -c "SELECT count(*) FROM idem_keys WHERE status = 'stuck'")" 2
+# A reconciler registered on each worker settles stuck records of its shards
+q 0 >/dev/null <<'SQL'
+CREATE FUNCTION rec_release(r idem_keys) RETURNS void LANGUAGE plpgsql
+	AS $$ BEGIN PERFORM idem_release(r.operation, r.key, r.scope); END $$;
+SELECT run_command_on_workers($$SELECT idem_set_reconciler('rec', 'rec_release(idem_keys)')$$);
+SELECT idem_reserve('rec', 'r1', NULL, 't1');
+SELECT idem_reserve('rec', 'r2', NULL, 't2');
+UPDATE idem_keys SET status = 'stuck' WHERE operation = 'rec';
+SQL
+for _ in $(seq 1 30); do
+	[ "$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'rec'")" = 0 ] && break
+	sleep 0.5
+done
+check "stuck records reconciled on their nodes" "$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'rec'")" 0
+for n in 0 1 2; do
+	echo "  ${names[$n]}: $(q "$n" -c "SELECT coalesce(sum(total_deleted), 0) || ' swept, ' || coalesce(sum(total_flagged), 0) || ' flagged, ' || coalesce(sum(total_reconciled), 0) || ' reconciled by its worker' FROM idem_worker_status WHERE datname = 'idem'")"
+	# (the coordinator restarted after the kills: its worker exits are those)
+	pattern='distributed plan|own a lock'
+	[ "$n" = 0 ] || pattern="$pattern|background worker \"idempotency.*exited with exit code"
+	check "${names[$n]}: worker exits, planner errors, lock warnings" \
+		"$(grep -cE "$pattern" "$work/n$n.log" || true)" 0
+done
+
+if [ "$fail" != 0 ]; then
+	for n in 0 1 2; do echo "--- ${names[$n]} log"; grep -E 'ERROR|FATAL|PANIC' "$work/n$n.log" | sort | uniq -c | sort -rn | head -10; done
+fi
+exit "$fail"
