@@ -167,7 +167,7 @@ typedef struct PassState
 {
 	IdemTxnMode mode;
 	Oid			nspid;			/* InvalidOid: find the extension (worker) */
-	Oid			relid;			/* the relation maintained (PassRelations) */
+	Oid			relid;			/* the shard maintained, or InvalidOid (PassRelations) */
 	int			batch_size;		/* 0: idempotency.sweep_batch_size */
 	IdemStopCallback stop;
 	IdemPassCounts *counts;
@@ -386,7 +386,7 @@ ExpiryIndex(Relation rel, AttrNumber expires_at)
 /*
  * Find the extension's tables and lock the relation maintained for this
  * unit of work (records.c checks its layout): relid, one of
- * RecordsLocalRelations, or idem_keys itself when InvalidOid.  With nspid
+ * RecordsLocalShards, or idem_keys itself when InvalidOid.  With nspid
  * InvalidOid (the worker) the extension is looked up, and a missing
  * extension or table, or one dropped while we waited for the lock, is
  * reported by returning false.  With a schema (SQL functions) those are
@@ -1352,24 +1352,23 @@ ReconcilePhase(PassState *ps)
 }
 
 /*
- * The relations a pass maintains, in the pass's memory: idem_keys, or the
- * shards of it that this node holds (records.c); NIL when the extension is
- * not installed (the worker) or its node holds no shard.
+ * The relations a pass maintains, in the pass's memory: the shards of
+ * idem_keys that this node holds when Citus distributes it (records.c),
+ * none on a coordinator without shards; otherwise InvalidOid alone, for
+ * idem_keys itself, found (or found missing) by each unit as always.
  */
 static List *
 PassRelations(PassState *ps)
 {
 	List	   *relids = NIL;
 	Oid			nspid;
+	bool		shards;
 
-	UnitBegin(ps, "idempotency: listing the relations of records");
+	UnitBegin(ps, "idempotency: listing the shards of idem_keys");
 	nspid = OidIsValid(ps->nspid) ? ps->nspid : ExtensionSchema();
-	if (OidIsValid(nspid))
-	{
-		relids = RecordsLocalRelations(nspid);
-		MemoryContextSwitchTo(ps->passcxt);
-		relids = list_copy(relids);
-	}
+	shards = OidIsValid(nspid) && RecordsLocalShards(nspid, &relids);
+	MemoryContextSwitchTo(ps->passcxt);
+	relids = shards ? list_copy(relids) : list_make1_oid(InvalidOid);
 	UnitEnd(ps);
 	return relids;
 }

@@ -662,13 +662,14 @@ RecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode)
 }
 
 /*
- * The relations that hold records on this node, for its maintenance:
- * idem_keys of schema nspid, or, when Citus distributes it, the shards of it
- * that this node holds (none on a coordinator without shards).  Each is
- * opened later with RecordsTryOpenRelation, which sees one dropped since.
+ * The shards of idem_keys of schema nspid that this node holds, for its
+ * maintenance, into *relids (NIL on a coordinator without shards): true
+ * when Citus distributes idem_keys, false when the records are in
+ * idem_keys itself (or there is none).  Each shard is opened later with
+ * RecordsTryOpenRelation, which sees one dropped since.
  */
-List *
-RecordsLocalRelations(Oid nspid)
+bool
+RecordsLocalShards(Oid nspid, List **relids)
 {
 	Oid			relid = get_relname_relid("idem_keys", nspid);
 	Datum		values[1] = {ObjectIdGetDatum(relid)};
@@ -680,15 +681,14 @@ RecordsLocalRelations(Oid nspid)
 	uint64		i;
 	int			rc;
 
-	if (!OidIsValid(relid))
-		return NIL;
-	if (!CitusInstalled())
-		return list_make1_oid(relid);
+	*relids = NIL;
+	if (!OidIsValid(relid) || !CitusInstalled())
+		return false;
 	rel = table_open(relid, AccessShareLock);
 	distributed = IsDistributed(rel);
 	table_close(rel, NoLock);
 	if (!distributed)
-		return list_make1_oid(relid);
+		return false;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -716,7 +716,8 @@ RecordsLocalRelations(Oid nspid)
 		}
 	}
 	SPI_finish();
-	return result;
+	*relids = result;
+	return true;
 }
 
 /*
@@ -738,7 +739,7 @@ RecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode, IdemTable *table)
 }
 
 /*
- * Open relid, one of RecordsLocalRelations, as RecordsTryOpen does; false
+ * Open relid, one of RecordsLocalShards, as RecordsTryOpen does; false
  * when it was dropped (a shard moved away meanwhile).
  */
 bool

@@ -102,7 +102,7 @@ extern bool RecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode,
 						   IdemTable *table);
 extern void RecordsOpen(Oid nspid, text *scope, LOCKMODE lockmode,
 						IdemTable *table);
-extern List *RecordsLocalRelations(Oid nspid);
+extern bool RecordsLocalShards(Oid nspid, List **relids);
 extern bool RecordsTryOpenRelation(Oid relid, LOCKMODE lockmode,
 								   IdemTable *table);
 extern void RecordsClose(IdemTable *table);
