@@ -120,16 +120,18 @@ static const IdemColumnDef idem_columns[IDEM_NUM_COLUMNS] = {
  * database (the extension is installed once), so one entry is enough;
  * another relid simply resolves again.
  *
- * With it, the table's CHECK constraints prepared for evaluation, as the
- * executor would prepare them at every write (ExecRelCheck: stringToNode,
- * expression_planner, ExecInitExpr), and as the type cache keeps a domain's
- * CHECK constraints: built once in a context of their own under
- * CacheMemoryContext, dropped when the relcache entry of the table changes
- * (a constraint added, dropped or validated) or any function does (a CHECK
- * may call, or have inlined, a function since replaced).  A writer that
- * began before the drop may still be using them, so their context is not
- * deleted at once but handed to the transaction that builds the next ones,
- * and goes with it.
+ * With it, the expressions every write evaluates, prepared: the table's
+ * CHECK constraints and the predicates of its partial indexes, which the
+ * executor would prepare again at every write (ExecRelCheck: stringToNode,
+ * expression_planner, ExecInitExpr; ExecInsertIndexTuples: ExecPrepareQual),
+ * kept as the type cache keeps a domain's CHECK constraints: built once in
+ * a context of their own under CacheMemoryContext, dropped when the
+ * relcache entry of the table or of one of those indexes changes (a
+ * constraint or an index added, dropped or validated) or any function does
+ * (an expression may call, or have inlined, a function since replaced).  A
+ * writer that began before the drop may still be using them, so their
+ * context is not deleted at once but handed to the transaction that builds
+ * the next ones, and goes with it.
  */
 typedef struct IdemLayout
 {
@@ -137,9 +139,12 @@ typedef struct IdemLayout
 	Oid			relid;
 	AttrNumber	attnum[IDEM_NUM_COLUMNS];
 	Oid			pkey;
-	bool		checks_valid;	/* checks belong to relid's current entry */
-	MemoryContext checks_cxt;	/* NULL: none prepared */
-	ExprState **checks;			/* one per ConstrCheck of the relcache entry */
+	bool		exprs_valid;	/* the ones below belong to the current entries */
+	MemoryContext exprs_cxt;	/* NULL: none prepared */
+	ExprState **checks;			/* one per ConstrCheck; NULL: no CHECK */
+	int			npredicates;
+	Oid		   *predicate_index;	/* each partial index of the table */
+	ExprState **predicates;		/* and its predicate */
 } IdemLayout;
 
 static IdemLayout idem_layout;
@@ -166,30 +171,35 @@ static uint64 citus_checked_generation = 0;
 static void
 LayoutInvalidate(Datum arg, Oid relid)
 {
+	int			i;
+
 	if (relid == InvalidOid || relid == idem_layout.relid)
 	{
 		idem_layout.valid = false;
-		idem_layout.checks_valid = false;
+		idem_layout.exprs_valid = false;
 	}
+	for (i = 0; i < idem_layout.npredicates; i++)
+		if (relid == idem_layout.predicate_index[i])
+			idem_layout.exprs_valid = false;
 	if (relid == InvalidOid || relid == distribution.relid)
 		relcache_generation++;
 }
 
-/* pg_proc callback: a CHECK's function may have changed */
+/* pg_proc callback: a function of a prepared expression may have changed */
 static void
-ChecksInvalidate(Datum arg, int cacheid, uint32 hashvalue)
+ExpressionsInvalidate(Datum arg, int cacheid, uint32 hashvalue)
 {
-	idem_layout.checks_valid = false;
+	idem_layout.exprs_valid = false;
 }
 
-/* Register LayoutInvalidate and ChecksInvalidate, once per backend */
+/* Register LayoutInvalidate and ExpressionsInvalidate, once per backend */
 static void
 RegisterRelcacheCallback(void)
 {
 	if (!idem_layout_callback)
 	{
 		CacheRegisterRelcacheCallback(LayoutInvalidate, (Datum) 0);
-		CacheRegisterSyscacheCallback(PROCOID, ChecksInvalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, ExpressionsInvalidate, (Datum) 0);
 		idem_layout_callback = true;
 	}
 }
@@ -381,56 +391,92 @@ ResolveLayout(Relation rel)
 	idem_layout.pkey = pkey;
 	idem_layout.relid = RelationGetRelid(rel);
 	idem_layout.valid = true;
-	idem_layout.checks_valid = false;
+	idem_layout.exprs_valid = false;
 }
 
 /*
- * The CHECK constraints of rel's relcache entry as it is now, prepared for
- * ExecRelCheck (see IdemLayout); NULL when it has none, or is not the
- * table whose layout is resolved (ExecRelCheck then prepares them itself).
+ * Prepare the expressions of the writer rri (its relation idem_keys, its
+ * indexes open) that IdemLayout keeps, in place of what was kept before.
  */
-static ExprState **
-PreparedChecks(Relation rel)
+static void
+PrepareExpressions(ResultRelInfo *rri)
 {
-	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
 	MemoryContext cxt;
 	MemoryContext oldcxt;
-	ExprState **checks;
 	int			i;
 
-	if (constr == NULL || constr->num_check == 0 ||
-		idem_layout.relid != RelationGetRelid(rel))
-		return NULL;
-	if (idem_layout.checks_valid)
-		return idem_layout.checks;
-
 	/* Gone with this transaction: a writer may still use them (see above) */
-	if (idem_layout.checks_cxt != NULL)
-		MemoryContextSetParent(idem_layout.checks_cxt, TopTransactionContext);
-	idem_layout.checks_cxt = NULL;
+	if (idem_layout.exprs_cxt != NULL)
+		MemoryContextSetParent(idem_layout.exprs_cxt, TopTransactionContext);
+	idem_layout.exprs_cxt = NULL;
+	idem_layout.checks = NULL;
+	idem_layout.npredicates = 0;
 
 	/* Built in the current context, kept only once complete */
-	cxt = AllocSetContextCreate(CurrentMemoryContext, "idem_keys CHECK constraints",
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "idem_keys expressions",
 								ALLOCSET_SMALL_SIZES);
 	oldcxt = MemoryContextSwitchTo(cxt);
-	checks = palloc0(constr->num_check * sizeof(ExprState *));
-	for (i = 0; i < constr->num_check; i++)
+	if (constr != NULL && constr->num_check > 0)
 	{
-		Expr	   *expr;
+		idem_layout.checks = palloc0(constr->num_check * sizeof(ExprState *));
+		for (i = 0; i < constr->num_check; i++)
+		{
+			Expr	   *expr;
 
-		/* The same steps as ExecRelCheck; no virtual columns pass the layout */
-		if (!IdemCheckIsEnforced(&constr->check[i]))
+			/* ExecRelCheck's steps; no virtual columns pass the layout */
+			if (!IdemCheckIsEnforced(&constr->check[i]))
+				continue;
+			expr = stringToNode(constr->check[i].ccbin);
+			idem_layout.checks[i] = ExecInitExpr(expression_planner(expr), NULL);
+		}
+	}
+	idem_layout.predicate_index = palloc(rri->ri_NumIndices * sizeof(Oid));
+	idem_layout.predicates = palloc(rri->ri_NumIndices * sizeof(ExprState *));
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+		Relation	index = rri->ri_IndexRelationDescs[i];
+		int			n = idem_layout.npredicates;
+
+		if (rri->ri_IndexRelationInfo[i]->ii_Predicate == NIL)
 			continue;
-		expr = stringToNode(constr->check[i].ccbin);
-		checks[i] = ExecInitExpr(expression_planner(expr), NULL);
+		/* ExecPrepareQual's steps, on a copy of the predicate made here */
+		idem_layout.predicate_index[n] = RelationGetRelid(index);
+		idem_layout.predicates[n] =
+			ExecInitQual((List *) expression_planner((Expr *) RelationGetIndexPredicate(index)),
+						 NULL);
+		idem_layout.npredicates++;
 	}
 	MemoryContextSwitchTo(oldcxt);
 	MemoryContextSetParent(cxt, CacheMemoryContext);
 
-	idem_layout.checks_cxt = cxt;
-	idem_layout.checks = checks;
-	idem_layout.checks_valid = true;
-	return checks;
+	idem_layout.exprs_cxt = cxt;
+	idem_layout.exprs_valid = true;
+}
+
+/*
+ * Give the writer rri (its indexes open) the prepared expressions of
+ * IdemLayout, preparing them first when they are not current.  The
+ * executor prepares anything left unset itself, as for another relation
+ * than the one whose layout is resolved.
+ */
+static void
+UsePreparedExpressions(ResultRelInfo *rri)
+{
+	int			i;
+	int			j;
+
+	if (idem_layout.relid != RelationGetRelid(rri->ri_RelationDesc))
+		return;
+	if (!idem_layout.exprs_valid)
+		PrepareExpressions(rri);
+	if (idem_layout.checks != NULL)
+		IdemResultRelChecks(rri) = idem_layout.checks;
+	for (i = 0; i < rri->ri_NumIndices; i++)
+		for (j = 0; j < idem_layout.npredicates; j++)
+			if (idem_layout.predicate_index[j] == RelationGetRelid(rri->ri_IndexRelationDescs[i]) &&
+				rri->ri_IndexRelationInfo[i]->ii_Predicate != NIL)
+				rri->ri_IndexRelationInfo[i]->ii_PredicateState = idem_layout.predicates[j];
 }
 
 /*
@@ -993,13 +1039,13 @@ RecordsWriterBegin(IdemTable *table, AclMode modes, const char *function,
 
 	w->rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(w->rri, rel, 1, NULL, 0);
-	IdemResultRelChecks(w->rri) = PreparedChecks(rel);
 	/* So that the AFTER triggers find it, as in the apply worker */
 	w->estate->es_opened_result_relations = list_make1(w->rri);
 	w->estate->es_output_cid = GetCurrentCommandId(true);
 	if (ActiveSnapshotSet())
 		w->estate->es_snapshot = GetActiveSnapshot();
 	ExecOpenIndices(w->rri, false);
+	UsePreparedExpressions(w->rri);
 	IdemEvalPlanQualInit(&w->epqstate, w->estate);
 	w->locked = ExecInitExtraTupleSlot(w->estate, RelationGetDescr(rel),
 									   table_slot_callbacks(rel));

@@ -63,6 +63,29 @@ ALTER TABLE idem_keys DROP CONSTRAINT rules_key_ok;
 DROP FUNCTION rules_key_ok(text);
 DELETE FROM idem_keys WHERE operation = 'rules';
 
+-- Partial indexes the owner adds hold exactly the records their predicates
+-- take, from every write, as the indexes come and go (each predicate goes
+-- with its own index): counted through each index alone
+CREATE INDEX rules_partial_a ON idem_keys (key) WHERE operation = 'rules-a';
+CREATE INDEX rules_partial_b ON idem_keys (key) WHERE operation = 'rules-b';
+SELECT outcome FROM idem_reserve('rules-a', 'p1');
+SELECT outcome FROM idem_reserve('rules-b', 'p1');
+DROP INDEX rules_partial_a;
+CREATE INDEX rules_partial_c ON idem_keys (key) WHERE operation = 'rules-c';
+SELECT outcome FROM idem_reserve('rules-b', 'p2');
+SELECT outcome FROM idem_reserve('rules-c', 'p2');
+SELECT idem_complete('rules-c', 'p2', '{}');
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT key FROM idem_keys WHERE operation = 'rules-b';
+SELECT string_agg(key, ' ' ORDER BY key) AS through_b FROM idem_keys WHERE operation = 'rules-b';
+EXPLAIN (COSTS OFF) SELECT key FROM idem_keys WHERE operation = 'rules-c';
+SELECT string_agg(key, ' ' ORDER BY key) AS through_c FROM idem_keys WHERE operation = 'rules-c';
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+DROP INDEX rules_partial_b, rules_partial_c;
+DELETE FROM idem_keys WHERE operation LIKE 'rules-_';
+
 -- Row triggers the owner adds fire for every write, as for the statements
 CREATE TABLE rules_log (n serial, event text, key text, status text);
 CREATE FUNCTION rules_log_row() RETURNS trigger LANGUAGE plpgsql AS $$
