@@ -17,7 +17,9 @@
 # variant; with PROFILE_KEEP=DIR, keeps each variant's callgrind files there
 # (NAME.few.callgrind, NAME.callgrind and NAME.requests, the difference in
 # requests; bench/cgdiff.py prints what one request costs, function by
-# function, from them).
+# function, from them).  PROFILE_SQL runs after each reset (diagnostics:
+# PROFILE_SQL='DROP INDEX idem_keys_processing_idx' shows what an index
+# costs).
 #
 # Variants: the bench/core scripts by their letter (a bare INSERT, b the
 # seed's client SQL, c its PL/pgSQL, d the extension's client statements, e
@@ -104,6 +106,7 @@ chmod 755 "$WORK/postgres-cg"
 start_profiled() {
 	pgctl_start
 	psql_ -f "$ROOT/bench/core/reset.sql" >/dev/null
+	[ -z "${PROFILE_SQL:-}" ] || psql_ -c "$PROFILE_SQL" >/dev/null
 	stop
 	echo "== $1: the server under callgrind" >&2
 	as_user "$PROFILE_PG/$BIN/pg_ctl" -D "$WORK/data" -l "$WORK/server.log" -w -t 600 \
