@@ -3,6 +3,10 @@
 #   bench_sql FILE|-            run SQL as the test user (set-up of a suite)
 #   bench_value SQL             run one query as the test user, print its rows
 #                               unaligned (fields separated by |)
+#   bench_core_db DB [EFFECT_MS]
+#                               a fresh database DB with bench/core/setup.sql's
+#                               schema; with EFFECT_MS, also reset.sql's tables and
+#                               an effect that takes EFFECT_MS (effect_delay.sql)
 #   bench_system 'SET x = y'    ALTER SYSTEM ... and reload the configuration
 #   bench_tps NAME SCRIPT [pgbench args...]
 #                               run pgbench with a script file from the suite's
@@ -26,6 +30,17 @@ bench_sql() {
 
 bench_value() {
 	as_test_user psql -X -q -At -v ON_ERROR_STOP=1 -d "${BENCH_DB:-postgres}" -c "$1"
+}
+
+bench_core_db() {
+	local db=$1 effect_ms=${2:-}
+	as_test_user dropdb --if-exists "$db" 2>/dev/null
+	as_test_user createdb "$db"
+	BENCH_DB=$db bench_sql "$IDEM_SRC/bench/core/setup.sql"
+	[ -n "$effect_ms" ] || return 0
+	BENCH_DB=$db bench_sql "$IDEM_SRC/bench/core/reset.sql" >/dev/null
+	BENCH_DB=$db bench_sql "$IDEM_SRC/bench/core/effect_delay.sql"
+	as_test_user psql -X -q -d "$db" -c "ALTER DATABASE $db SET bench.effect_ms = $effect_ms"
 }
 
 bench_system() {

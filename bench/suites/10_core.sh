@@ -25,9 +25,7 @@
 # variant plan an inlined SQL function per concatenation.
 
 BENCH_DB=idem_bench_core
-as_test_user dropdb --if-exists "$BENCH_DB" 2>/dev/null
-as_test_user createdb "$BENCH_DB"
-bench_sql "$IDEM_SRC/bench/core/setup.sql"
+bench_core_db "$BENCH_DB"
 
 CORE_VARIANTS="a_bare_insert b_seed_client c_seed_plpgsql d_ext_client e_ext_server f_replay g_floor"
 PARTS_VARIANTS="x1_parts_all x2_parts_no_fingerprint x3_parts_no_complete x4_floor_plpgsql"

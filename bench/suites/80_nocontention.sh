@@ -23,9 +23,7 @@ bench_loadgen_build
 bench_redis_start
 
 NC_DB=idem_bench_nc
-as_test_user dropdb --if-exists "$NC_DB" 2>/dev/null
-as_test_user createdb "$NC_DB"
-BENCH_DB=$NC_DB bench_sql "$IDEM_SRC/bench/core/setup.sql"
+bench_core_db "$NC_DB"
 
 NC_VARIANTS="a_bare_insert g_floor c_seed_plpgsql e_ext_server i_ext_call h_seed_redis b_seed_client d_ext_client f_replay"
 for round in $(seq 1 "$LOAD_ROUNDS"); do

@@ -25,12 +25,7 @@ bench_loadgen_build
 bench_redis_start
 
 STORM_DB=idem_bench_storm
-as_test_user dropdb --if-exists "$STORM_DB" 2>/dev/null
-as_test_user createdb "$STORM_DB"
-BENCH_DB=$STORM_DB bench_sql "$IDEM_SRC/bench/core/setup.sql"
-BENCH_DB=$STORM_DB bench_sql "$IDEM_SRC/bench/core/reset.sql" >/dev/null
-BENCH_DB=$STORM_DB bench_sql "$IDEM_SRC/bench/core/effect_delay.sql"
-as_test_user psql -X -q -d "$STORM_DB" -c "ALTER DATABASE $STORM_DB SET bench.effect_ms = $STORM_EFFECT_MS"
+bench_core_db "$STORM_DB" "$STORM_EFFECT_MS"
 
 STORM_VARIANTS="e_ext_server i_ext_call c_seed_plpgsql h_seed_redis"
 for v in $STORM_VARIANTS; do

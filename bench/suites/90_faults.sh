@@ -28,12 +28,7 @@ bench_loadgen_build
 bench_redis_start
 
 FAULT_DB=idem_bench_faults
-as_test_user dropdb --if-exists "$FAULT_DB" 2>/dev/null
-as_test_user createdb "$FAULT_DB"
-BENCH_DB=$FAULT_DB bench_sql "$IDEM_SRC/bench/core/setup.sql"
-BENCH_DB=$FAULT_DB bench_sql "$IDEM_SRC/bench/core/reset.sql" >/dev/null
-BENCH_DB=$FAULT_DB bench_sql "$IDEM_SRC/bench/core/effect_delay.sql"
-as_test_user psql -X -q -d "$FAULT_DB" -c "ALTER DATABASE $FAULT_DB SET bench.effect_ms = 2"
+bench_core_db "$FAULT_DB" 2
 
 fault_inject() {
 	case $1 in

@@ -30,9 +30,7 @@ SCALE_SECONDS=${SCALE_SECONDS:-5}
 bench_loadgen_build
 
 SCALE_DB=idem_bench_scale
-as_test_user dropdb --if-exists "$SCALE_DB" 2>/dev/null
-as_test_user createdb "$SCALE_DB"
-BENCH_DB=$SCALE_DB bench_sql "$IDEM_SRC/bench/core/setup.sql"
+bench_core_db "$SCALE_DB"
 BENCH_DB=$SCALE_DB bench_sql "$IDEM_SRC/bench/core/scale_keys.sql"
 scale_sql() {
 	BENCH_DB=$SCALE_DB bench_sql - <<<"$1" >/dev/null
