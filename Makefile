@@ -1,43 +1,78 @@
 # PGXS build of the idempotency extension.
 #
-# The version lives in idempotency.control; the install script of that
-# version is assembled from sql/install/*.sql (one file per responsibility,
-# applied in name order) and is the only file make generates in sql/.  The
+# The version lives in idempotency.control.  idempotency.sql is the one
+# install source: make copies it to idempotency--$(EXTVERSION).sql.  The
 # install scripts of earlier releases (kept as released) and the upgrade
-# scripts sql/idempotency--A--B.sql are ordinary tracked files.
-# pg_regress tests are test/sql/*.sql with test/expected/*.out, isolation
-# specs are test/specs/*.spec with test/expected/*.out; both are globbed, so
-# adding a test is adding its files.
+# scripts idempotency--A--B.sql are ordinary tracked files.
+#
+# pg_regress tests are sql/NAME.sql with expected/NAME.out; isolation specs
+# are specs/NAME.spec with expected/NAME.out.  Every list is written out
+# here, so that nothing depends on the build directory (VPATH builds) or on
+# a running server.  The tests that need the library preloaded
+# (shared_preload_libraries) ask the server themselves and skip with a line
+# "skipped: ..." against a stock one (their expected/NAME_1.out), so that
+# `make installcheck` passes on a stock and on a preloading server alike.
 
 EXTENSION = idempotency
-EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" \
+	$(dir $(firstword $(MAKEFILE_LIST)))$(EXTENSION).control)
 
 MODULE_big = $(EXTENSION)
-OBJS = $(patsubst %.c,%.o,$(sort $(wildcard src/*.c)))
+OBJS = \
+	src/canonical.o \
+	src/citus.o \
+	src/handlers.o \
+	src/idempotency.o \
+	src/keys.o \
+	src/maintenance.o \
+	src/patterns.o \
+	src/reconcile.o \
+	src/records.o \
+	src/stats.o \
+	src/status.o \
+	src/worker.o
 
-DATA_built = sql/$(EXTENSION)--$(EXTVERSION).sql
-DATA = $(filter-out $(DATA_built),$(wildcard sql/$(EXTENSION)--*.sql))
-INSTALL_SQL = $(sort $(wildcard sql/install/*.sql))
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+DATA = \
+	$(EXTENSION)--0.1.0.sql \
+	$(EXTENSION)--0.1.0--0.2.0.sql
 
-REGRESS_ALL = $(sort $(patsubst test/sql/%.sql,%,$(wildcard test/sql/*.sql)))
-REGRESS_OPTS = --load-extension=$(EXTENSION) --inputdir=test
+REGRESS = \
+	bad_input \
+	canonical \
+	distribute \
+	handler_builtin \
+	key_lock \
+	keys \
+	maintenance \
+	old_catalog \
+	patterns \
+	reconcilers \
+	reconcilers_update \
+	security \
+	stats \
+	table_rules
+REGRESS_OPTS = --load-extension=$(EXTENSION)
 
-# The tests that read the statistics need a server that preloads the library
-# (shared_preload_libraries).  installcheck runs them only against such a
-# server and names them as skipped against any other, so that it passes
-# against a stock server as packagers run it.  PRELOADED=yes|no says what the
-# server does instead of asking it (test/run.sh says yes on its preloaded
-# cluster, so that a lost setting fails rather than skips).
-REGRESS_PRELOADED = maintenance patterns stats
-PRELOADED ?= $(if $(filter idempotency,$(subst $(comma), ,$(subst ",,$(shell \
-	'$(bindir)/psql' -XAtq -d postgres -c 'SHOW shared_preload_libraries' 2>/dev/null)))),yes,no)
-REGRESS = $(filter-out $(if $(filter yes,$(PRELOADED)),,$(REGRESS_PRELOADED)),$(REGRESS_ALL))
-comma := ,
+ISOLATION = \
+	call_in_progress \
+	consume_nowait \
+	consume_wait \
+	drop_extension_race \
+	finish_after_vacuum \
+	maintenance_races \
+	repeatable_read_writes \
+	reserve_concurrent \
+	reserve_nowait
+ISOLATION_OPTS = --load-extension=$(EXTENSION)
 
-ISOLATION = $(sort $(patsubst test/specs/%.spec,%,$(wildcard test/specs/*.spec)))
-ISOLATION_OPTS = --load-extension=$(EXTENSION) --inputdir=test
+# The TAP tests (test/t/*.pl) start servers of their own, so TAP_TESTS is not
+# set: it would add them to installcheck, which Debian runs as root (where
+# initdb refuses to run) and before the package is installed.  The whole
+# suite, TAP included, is `bash test/run.sh`.
+PROVE_TESTS = test/t/*.pl
 
-EXTRA_CLEAN = results output_iso regression.* tmp_check test/results $(DIST).zip
+EXTRA_CLEAN = $(DIST).zip
 
 PG_CONFIG ?= pg_config
 # The library knows its own version, to tell an older catalog from an altered one
@@ -52,29 +87,13 @@ endif
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-sql/$(EXTENSION)--$(EXTVERSION).sql: $(INSTALL_SQL) $(EXTENSION).control
-	{ echo '-- idempotency $(EXTVERSION): generated from sql/install/*.sql by make; do not edit'; \
-	  printf '%s\n' '\echo Use "CREATE EXTENSION $(EXTENSION)" to load this file. \quit'; \
-	  for f in $(INSTALL_SQL); do echo; echo "-- $$f"; cat $$f; done; } > $@
+$(EXTENSION)--$(EXTVERSION).sql: $(EXTENSION).sql
+	cp $< $@
 
-# The TAP tests (test/t/*.pl) start servers of their own, so TAP_TESTS is not
-# set: it would add them to installcheck, which Debian runs as root (where
-# initdb refuses to run) and before the package is installed.
-PROVE_TESTS = test/t/*.pl
-
-# installcheck runs both of these; test/run.sh runs them one by one
-installcheck-regress: preloaded-notice
-	$(pg_regress_installcheck) $(REGRESS_OPTS) $(REGRESS)
-
-installcheck-isolation:
-	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(ISOLATION)
-
-installcheck: preloaded-notice
-
-# Name the tests this server cannot run, one line each
-preloaded-notice:
-	@$(if $(filter yes,$(PRELOADED)),:,$(foreach t,$(filter $(REGRESS_PRELOADED),$(REGRESS_ALL)),\
-	  echo "skipped $(t): the server does not preload idempotency (shared_preload_libraries)";))
+# A VPATH build compiles into src/ of the build directory
+ifdef VPATH
+$(shell mkdir -p src)
+endif
 
 prove_installcheck:
 	$(prove_installcheck)
@@ -85,4 +104,4 @@ DIST = $(EXTENSION)-$(EXTVERSION)
 dist:
 	git archive --format=zip --prefix=$(DIST)/ --output=$(DIST).zip HEAD
 
-.PHONY: installcheck-regress installcheck-isolation preloaded-notice prove_installcheck dist
+.PHONY: prove_installcheck dist

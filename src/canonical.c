@@ -31,8 +31,10 @@
  * CANON_FLUSH_BYTES, so its memory is bounded by the nesting depth and the
  * widest object rather than the document (which the caller has detoasted).
  * Everything is allocated in the caller's memory context and freed before
- * returning; the SHA-256 context (OpenSSL) belongs to the resource owner, so
- * an error midway releases it too.  No locks are taken.
+ * returning, except the backend's one SHA-256 context (OpenSSL), which is
+ * created once under a resource owner of its own that is never released
+ * and initialized again for every hash, so an error midway leaves nothing
+ * to free (CanonSha256Context).  No locks are taken.
  *
  *-------------------------------------------------------------------------
  */

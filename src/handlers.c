@@ -20,7 +20,7 @@
  * IdemCheckHandler says what is wrong, without raising; each caller reports
  * it in its own words (an ERROR for idem_call and idem_set_reconciler, a
  * WARNING and a skipped call for maintenance), adding the sentence of
- * errdetail_idem_handler.  This file takes no lock and runs no SQL.
+ * IdemErrdetailHandler.  This file takes no lock and runs no SQL.
  *
  *-------------------------------------------------------------------------
  */
@@ -107,8 +107,8 @@ IdemHandlerFaultCode(IdemHandlerFault fault)
  * sentence naming the function; for use inside ereport().
  */
 int
-errdetail_idem_handler(IdemHandlerFault fault, Oid handler, Oid argtype,
-					   Oid rettype, Oid roleid)
+IdemErrdetailHandler(IdemHandlerFault fault, Oid handler, Oid argtype,
+						   Oid rettype, Oid roleid)
 {
 	char	   *name;
 

@@ -10,6 +10,8 @@
  *					checkpoint, lookup, and the per-key lock
  *	  records.c		table idem_keys: its layout, the primary-key lookup
  *					and the writes through the executor (records.h)
+ *	  citus.c		every call into Citus: where a scope's records live
+ *					when idem_keys is distributed
  *	  canonical.c	RFC 8785 canonical JSON and the SHA-256 fingerprint
  *	  stats.c		shared-memory statistics
  *	  status.c		the background worker's state in shared memory
@@ -17,6 +19,8 @@
  *					per-database workers, and their settings
  *	  maintenance.c	expiry, stuck detection and reconciliation, shared
  *					by the worker and the SQL maintenance functions
+ *	  reconcile.c	who may run a reconciler, as whom, with which
+ *					search_path; registering one
  *	  patterns.c	idem_call and idem_consume
  *	  handlers.c	verification of the functions called for users:
  *					idem_call's handlers and the reconcilers
@@ -31,7 +35,13 @@
 #include "compat.h"
 
 #include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
+#include "storage/lockdefs.h"
 #include "utils/jsonb.h"
+#include "utils/relcache.h"
+
+/* The extension's name, as in pg_extension */
+#define IDEM_EXTENSION_NAME		"idempotency"
 
 /* Limits on identifiers, checked with SQLSTATE 22023 */
 #define IDEM_MAX_KEY_LEN		255
@@ -175,10 +185,39 @@ typedef enum IdemHandlerFault
 extern IdemHandlerFault IdemCheckHandler(Oid handler, Oid argtype,
 										 Oid rettype, Oid roleid, bool *strict);
 extern int	IdemHandlerFaultCode(IdemHandlerFault fault);
-extern int	errdetail_idem_handler(IdemHandlerFault fault, Oid handler,
-								   Oid argtype, Oid rettype, Oid roleid);
+extern int	IdemErrdetailHandler(IdemHandlerFault fault, Oid handler,
+									   Oid argtype, Oid rettype, Oid roleid);
 extern Oid	IdemFunctionOwner(Oid handler);
 extern bool IdemCanActAs(Oid member, Oid role);
+
+/* records.c: helpers of every part (the rest of it is in records.h) */
+extern char *IdemExtensionVersion(const char *extname, Oid *nspid);
+pg_noreturn extern void IdemReportMissingTable(const char *relname);
+
+/*
+ * citus.c: where a scope's records live when Citus distributes idem_keys.
+ * IdemCitusInstalled raises an ERROR for a Citus version it does not know.
+ */
+extern bool IdemCitusInstalled(void);
+extern bool IdemCitusIsDistributed(Relation rel);
+pg_noreturn extern void IdemCitusReportUndistributed(Relation rel);
+extern Oid	IdemCitusLocalShard(Relation rel, text *scope, LOCKMODE lockmode);
+extern List *IdemCitusLocalShards(Oid relid);
+
+/*
+ * reconcile.c: a reconciler as registered in idem_reconcilers, and the one
+ * way to call it (as run_as, with search_path pinned, after every check)
+ */
+typedef struct IdemReconciler
+{
+	text	   *operation;
+	char	   *handler;		/* signature, schema-qualified */
+	Oid			run_as;
+	Oid			registered_by;
+} IdemReconciler;
+
+extern bool IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row);
+extern void IdemReconcilerCheck(Oid handler, Oid rowtype, Oid run_as);
 
 /* canonical.c */
 extern bytea *IdemHashJsonb(Jsonb *jb);

@@ -359,7 +359,7 @@ LookAtKey(IdemTable *table, text *scope, text *operation, text *key,
 	SnapshotData dirty;
 
 	InitDirtySnapshot(dirty);
-	if (!RecordsFetch(table, &dirty, scope, operation, key, rec, NULL))
+	if (!IdemRecordsFetch(table, &dirty, scope, operation, key, rec, NULL))
 		return SIGHT_ABSENT;
 	if (rec->flags & RECORD_BUSY)
 		return SIGHT_BUSY;
@@ -413,36 +413,36 @@ ClaimKey(IdemTable *table, KeySight sight, IdemRecord *rec, KeyRequest *req)
 	ClaimResult result = CLAIM_DONE;
 
 	/* Every column, so that the same row inserts or renews */
-	RowInit(&row);
-	RowSet(&row, COL_SCOPE, PointerGetDatum(req->scope), false);
-	RowSet(&row, COL_OPERATION, PointerGetDatum(req->operation), false);
-	RowSet(&row, COL_KEY, PointerGetDatum(req->key), false);
-	RowSet(&row, COL_REQUEST_HASH, PointerGetDatum(req->hash), req->hash == NULL);
-	RowSet(&row, COL_STATUS,
-		   CStringGetTextDatum(completed ? "completed" : "processing"), false);
-	RowSet(&row, COL_RESPONSE_STATUS, (Datum) 0, true);
-	RowSet(&row, COL_RESPONSE, (Datum) 0, true);
-	RowSet(&row, COL_RESOURCE_ID, (Datum) 0, true);
-	RowSet(&row, COL_RECOVERY_POINT, (Datum) 0, true);
-	RowSet(&row, COL_CREATED_AT, TimestampTzGetDatum(req->now), false);
-	RowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
-	RowSet(&row, COL_EXPIRES_AT, TimestampTzGetDatum(req->expires_at), false);
-	RowSet(&row, COL_TTL, IntervalPGetDatum(req->ttl), false);
+	IdemRowInit(&row);
+	IdemRowSet(&row, COL_SCOPE, PointerGetDatum(req->scope), false);
+	IdemRowSet(&row, COL_OPERATION, PointerGetDatum(req->operation), false);
+	IdemRowSet(&row, COL_KEY, PointerGetDatum(req->key), false);
+	IdemRowSet(&row, COL_REQUEST_HASH, PointerGetDatum(req->hash), req->hash == NULL);
+	IdemRowSet(&row, COL_STATUS,
+			   CStringGetTextDatum(completed ? "completed" : "processing"), false);
+	IdemRowSet(&row, COL_RESPONSE_STATUS, (Datum) 0, true);
+	IdemRowSet(&row, COL_RESPONSE, (Datum) 0, true);
+	IdemRowSet(&row, COL_RESOURCE_ID, (Datum) 0, true);
+	IdemRowSet(&row, COL_RECOVERY_POINT, (Datum) 0, true);
+	IdemRowSet(&row, COL_CREATED_AT, TimestampTzGetDatum(req->now), false);
+	IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	IdemRowSet(&row, COL_EXPIRES_AT, TimestampTzGetDatum(req->expires_at), false);
+	IdemRowSet(&row, COL_TTL, IntervalPGetDatum(req->ttl), false);
 
-	RecordsWriterBegin(table,
-					   sight == SIGHT_EXPIRED ? ACL_INSERT | ACL_UPDATE : ACL_INSERT,
-					   completed ? "idem_consume()" : "idem_reserve()", &w);
+	IdemRecordsWriterBegin(table,
+						   sight == SIGHT_EXPIRED ? ACL_INSERT | ACL_UPDATE : ACL_INSERT,
+						   completed ? "idem_consume()" : "idem_reserve()", &w);
 	if (sight == SIGHT_ABSENT)
-		RecordsInsert(&w, &row);
+		IdemRecordsInsert(&w, &row);
 	else
 	{
 		LockWaitPolicy policy =
 			(req->flags & IDEM_RESERVE_WAIT) ? LockWaitBlock : LockWaitSkip;
 
-		switch (RecordsLock(&w, &rec->tid, LockTupleNoKeyExclusive, policy))
+		switch (IdemRecordsLock(&w, &rec->tid, LockTupleNoKeyExclusive, policy))
 		{
 			case TM_Ok:
-				(void) RecordsUpdate(&w, &row, true);
+				(void) IdemRecordsUpdate(&w, &row, true);
 				break;
 			case TM_WouldBlock:
 				result = CLAIM_BUSY;
@@ -453,7 +453,7 @@ ClaimKey(IdemTable *table, KeySight sight, IdemRecord *rec, KeyRequest *req)
 				break;
 		}
 	}
-	RecordsWriterEnd(&w);
+	IdemRecordsWriterEnd(&w);
 	return result;
 }
 
@@ -470,9 +470,9 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 	bool		locked = false;
 
 	memset(result, 0, sizeof(*result));
-	RecordsOpen(nspid, req->scope, AccessShareLock, &table);
-	RecordsCheckReadable(&table);
-	RecordsKeyLockTag(&tag, req->scope, req->operation, req->key);
+	IdemRecordsOpen(nspid, req->scope, AccessShareLock, &table);
+	IdemRecordsCheckReadable(&table);
+	IdemRecordsKeyLockTag(&tag, req->scope, req->operation, req->key);
 
 	for (;;)
 	{
@@ -556,7 +556,7 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 	/* Our uncommitted row, if any, now speaks for the key */
 	if (locked)
 		LockRelease(&tag, ExclusiveLock, false);
-	RecordsClose(&table);
+	IdemRecordsClose(&table);
 
 	if (req->flags & IDEM_RESERVE_COUNT)
 	{
@@ -705,7 +705,7 @@ LockLiveRecord(IdemWriter *w, LockTupleMode mode, KeyAction action,
 		}
 		if (rec->status == STATUS_COMPLETED)
 			ReportCompleted(action, scope, operation, key);
-		if (RecordsLock(w, &rec->tid, mode, LockWaitBlock) == TM_Ok)
+		if (IdemRecordsLock(w, &rec->tid, mode, LockWaitBlock) == TM_Ok)
 			return true;
 		/* changed while we waited for its lock: look again */
 	}
@@ -724,27 +724,27 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 	IdemWriter	w;
 	IdemRecord	rec;
 
-	RecordsOpen(nspid, scope, RowExclusiveLock, &table);
-	RecordsCheckReadable(&table);
-	RecordsWriterBegin(&table, ACL_UPDATE,
-					   action == ACTION_COMPLETE ? "idem_complete()" : "idem_checkpoint()",
-					   &w);
+	IdemRecordsOpen(nspid, scope, RowExclusiveLock, &table);
+	IdemRecordsCheckReadable(&table);
+	IdemRecordsWriterBegin(&table, ACL_UPDATE,
+						   action == ACTION_COMPLETE ? "idem_complete()" : "idem_checkpoint()",
+						   &w);
 	if (!LockLiveRecord(&w, LockTupleNoKeyExclusive, action, scope, operation,
 						key, &rec))
 		ReportNotReserved(action, scope, operation, key);
 
-	RowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	IdemRowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
 	if (action == ACTION_COMPLETE)
 	{
 		TimestampTz now = StatementTime();
 
-		RowSet(row, COL_EXPIRES_AT,
-			   TimestampTzGetDatum(AddTtl(now, rec.ttl ? rec.ttl : EffectiveTtl(NULL, now))),
-			   false);
+		IdemRowSet(row, COL_EXPIRES_AT,
+				   TimestampTzGetDatum(AddTtl(now, rec.ttl ? rec.ttl : EffectiveTtl(NULL, now))),
+				   false);
 	}
-	(void) RecordsUpdate(&w, row, true);
-	RecordsWriterEnd(&w);
-	RecordsClose(&table);
+	(void) IdemRecordsUpdate(&w, row, true);
+	IdemRecordsWriterEnd(&w);
+	IdemRecordsClose(&table);
 }
 
 /* Move a processing or stuck record to completed with its result */
@@ -755,11 +755,11 @@ IdemComplete(Oid nspid, text *scope, text *operation, text *key,
 {
 	IdemRow		row;
 
-	RowInit(&row);
-	RowSet(&row, COL_STATUS, CStringGetTextDatum("completed"), false);
-	RowSet(&row, COL_RESPONSE, PointerGetDatum(response), response == NULL);
-	RowSet(&row, COL_RESPONSE_STATUS, Int32GetDatum(response_status), false);
-	RowSet(&row, COL_RESOURCE_ID, PointerGetDatum(resource_id), resource_id == NULL);
+	IdemRowInit(&row);
+	IdemRowSet(&row, COL_STATUS, CStringGetTextDatum("completed"), false);
+	IdemRowSet(&row, COL_RESPONSE, PointerGetDatum(response), response == NULL);
+	IdemRowSet(&row, COL_RESPONSE_STATUS, Int32GetDatum(response_status), false);
+	IdemRowSet(&row, COL_RESOURCE_ID, PointerGetDatum(resource_id), resource_id == NULL);
 	ChangeLiveRecord(nspid, ACTION_COMPLETE, scope, operation, key, &row);
 
 	if (count_stats)
@@ -774,10 +774,10 @@ IdemCheckpoint(Oid nspid, text *scope, text *operation, text *key,
 {
 	IdemRow		row;
 
-	RowInit(&row);
-	RowSet(&row, COL_STATUS, CStringGetTextDatum("processing"), false);
-	RowSet(&row, COL_RECOVERY_POINT, PointerGetDatum(recovery_point),
-		   recovery_point == NULL);
+	IdemRowInit(&row);
+	IdemRowSet(&row, COL_STATUS, CStringGetTextDatum("processing"), false);
+	IdemRowSet(&row, COL_RECOVERY_POINT, PointerGetDatum(recovery_point),
+			   recovery_point == NULL);
 	ChangeLiveRecord(nspid, ACTION_CHECKPOINT, scope, operation, key, &row);
 }
 
@@ -790,15 +790,15 @@ IdemRelease(Oid nspid, text *scope, text *operation, text *key)
 	IdemRecord	rec;
 	bool		found;
 
-	RecordsOpen(nspid, scope, RowExclusiveLock, &table);
-	RecordsCheckReadable(&table);
-	RecordsWriterBegin(&table, ACL_DELETE, "idem_release()", &w);
+	IdemRecordsOpen(nspid, scope, RowExclusiveLock, &table);
+	IdemRecordsCheckReadable(&table);
+	IdemRecordsWriterBegin(&table, ACL_DELETE, "idem_release()", &w);
 	found = LockLiveRecord(&w, LockTupleExclusive, ACTION_RELEASE, scope,
 						   operation, key, &rec);
 	if (found)
-		(void) RecordsDelete(&w, true);
-	RecordsWriterEnd(&w);
-	RecordsClose(&table);
+		(void) IdemRecordsDelete(&w, true);
+	IdemRecordsWriterEnd(&w);
+	IdemRecordsClose(&table);
 
 	if (found)
 		IdemStatsCount(VARDATA_ANY(operation), VARSIZE_ANY_EXHDR(operation),
@@ -951,17 +951,17 @@ idem_lookup(PG_FUNCTION_ARGS)
 		funcctx = SRF_FIRSTCALL_INIT();
 		oldcxt = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
 		/* Not IdemFunctionNamespace: the SRF machinery owns fn_extra */
-		RecordsOpen(get_func_namespace(fcinfo->flinfo->fn_oid), scope,
-					AccessShareLock, &table);
-		RecordsCheckReadable(&table);
+		IdemRecordsOpen(get_func_namespace(fcinfo->flinfo->fn_oid), scope,
+						AccessShareLock, &table);
+		IdemRecordsCheckReadable(&table);
 		row = palloc(sizeof(Datum));
-		if (RecordsFetch(&table, GetActiveSnapshot(), scope, operation, key, &rec, row) &&
+		if (IdemRecordsFetch(&table, GetActiveSnapshot(), scope, operation, key, &rec, row) &&
 			!IsExpired(&rec, StatementTime()))
 		{
 			funcctx->user_fctx = row;
 			funcctx->max_calls = 1;
 		}
-		RecordsClose(&table);
+		IdemRecordsClose(&table);
 		MemoryContextSwitchTo(oldcxt);
 	}
 

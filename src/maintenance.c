@@ -23,11 +23,11 @@
  *
  * Locking
  * -------
- * No unit ever waits for an application transaction, so none can join a
- * deadlock with one:
+ * No unit waits for a row an application transaction holds, so none can
+ * join a deadlock with one over records:
  *	- A sweep batch reads the expires_at index with the latest snapshot; a
  *	  flag batch reads the table with it.  Each locks a candidate row version
- *	  without waiting (RecordsLock, LockWaitSkip) and deletes or flags it
+ *	  without waiting (IdemRecordsLock, LockWaitSkip) and deletes or flags it
  *	  through records.c's executor writer, as keys.c writes, so the table's
  *	  constraints and triggers hold for both.  A record that another
  *	  transaction is changing or locking, or has changed since the snapshot
@@ -35,6 +35,10 @@
  *	  way round, idem_reserve answers in_progress for a record a batch is
  *	  deleting or flagging, and idem_complete, idem_checkpoint and
  *	  idem_release wait for the batch and look again (keys.c).
+ * Two waits remain: a unit waits for idem_keys' table lock like any
+ * statement (an application's LOCK TABLE or DDL holds it off), and a flag
+ * write takes the key lock for the instant of its write (IdemRecordsUpdate),
+ * which a reservation holds only while it reads and claims the key.
  * Each unit first opens idem_keys through records.c, which locks it by OID
  * and then checks that it still exists, so a concurrent DROP EXTENSION ends
  * a worker pass quietly instead of failing a query.  A reconciler is called with the
@@ -70,7 +74,6 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
 #include "catalog/pg_class.h"
-#include "catalog/pg_extension.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_proc.h"
@@ -110,9 +113,7 @@ PG_FUNCTION_INFO_V1(idem_flag_stuck);
 PG_FUNCTION_INFO_V1(idem_reconcile);
 PG_FUNCTION_INFO_V1(idem_maintain);
 PG_FUNCTION_INFO_V1(idem_set_reconciler);
-PG_FUNCTION_INFO_V1(idem_reconcilers_check);
 
-#define IDEM_EXTENSION_NAME		"idempotency"
 #define IDEM_STUCK_CHANNEL		"idem_stuck"
 
 /*
@@ -154,11 +155,8 @@ static MaintCatalog maint_catalog;
 typedef struct StuckRecord
 {
 	text	   *scope;
-	text	   *operation;
 	text	   *key;
-	char	   *handler;		/* signature, schema-qualified */
-	Oid			run_as;
-	Oid			registered_by;
+	IdemReconciler rc;			/* rc.operation is the record's operation */
 	bool		skip;			/* its reconciler was skipped in this pass */
 } StuckRecord;
 
@@ -231,33 +229,10 @@ static const int mplan_nargs[NUM_MPLANS] = {
 static Oid
 ExtensionSchema(void)
 {
-	Relation	rel;
-	SysScanDesc scan;
-	ScanKeyData key;
-	HeapTuple	tuple;
-	Oid			nspid = InvalidOid;
+	Oid			nspid;
 
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
-				F_NAMEEQ, CStringGetDatum(IDEM_EXTENSION_NAME));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tuple = systable_getnext(scan);
-	if (HeapTupleIsValid(tuple))
-		nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
+	(void) IdemExtensionVersion(IDEM_EXTENSION_NAME, &nspid);
 	return nspid;
-}
-
-/* Raise the error for a table of the extension that is missing */
-static void
-ReportMissingTable(const char *relname)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_UNDEFINED_TABLE),
-			 errmsg("table \"%s\" of extension \"idempotency\" does not exist",
-					relname),
-			 errdetail("The extension may have been dropped while this call ran.")));
 }
 
 /* Raise the error for a missing idem_keys_expires_at_idx */
@@ -386,7 +361,7 @@ ExpiryIndex(Relation rel, AttrNumber expires_at)
 /*
  * Find the extension's tables and lock the relation maintained for this
  * unit of work (records.c checks its layout): relid, one of
- * RecordsLocalShards, or idem_keys itself when InvalidOid.  With nspid
+ * IdemRecordsLocalShards, or idem_keys itself when InvalidOid.  With nspid
  * InvalidOid (the worker) the extension is looked up, and a missing
  * extension or table, or one dropped while we waited for the lock, is
  * reported by returning false.  With a schema (SQL functions) those are
@@ -412,25 +387,25 @@ OpenCatalog(Oid nspid, Oid relid)
 
 	if (OidIsValid(relid))
 	{
-		if (!RecordsTryOpenRelation(relid, RowExclusiveLock, &table))
+		if (!IdemRecordsTryOpenRelation(relid, RowExclusiveLock, &table))
 			return false;
 	}
-	else if (!RecordsTryOpen(nspid, NULL, RowExclusiveLock, &table))
+	else if (!IdemRecordsTryOpen(nspid, NULL, RowExclusiveLock, &table))
 	{
 		if (quiet)
 			return false;
-		ReportMissingTable("idem_keys");
+		IdemReportMissingTable("idem_keys");
 	}
 	keys = RelationGetRelid(table.rel);
 	expires = ExpiryIndex(table.rel, table.attnum[COL_EXPIRES_AT]);
-	RecordsClose(&table);
+	IdemRecordsClose(&table);
 
 	reconcilers = get_relname_relid("idem_reconcilers", nspid);
 	if (!OidIsValid(reconcilers))
 	{
 		if (quiet)
 			return false;
-		ReportMissingTable("idem_reconcilers");
+		IdemReportMissingTable("idem_reconcilers");
 	}
 	if (!OidIsValid(expires))
 		ReportMissingExpiryIndex(nspid);
@@ -584,10 +559,10 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 	OpCounts	oc;
 	int64		deleted = 0;
 
-	if (!RecordsTryOpenRelation(cat->keys_relid, RowExclusiveLock, &table))
+	if (!IdemRecordsTryOpenRelation(cat->keys_relid, RowExclusiveLock, &table))
 		return 0;
-	RecordsCheckReadable(&table);
-	RecordsWriterBegin(&table, ACL_DELETE, "idem_sweep()", &w);
+	IdemRecordsCheckReadable(&table);
+	IdemRecordsWriterBegin(&table, ACL_DELETE, "idem_sweep()", &w);
 	index = index_open(cat->expires_indexid, AccessShareLock);
 
 	ScanKeyInit(&skey[nkeys++], 1, BTLessEqualStrategyNumber,
@@ -614,14 +589,14 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 			*lower = expires_at;
 
 		/* processing and stuck records never expire */
-		if (RecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_COMPLETED)
+		if (IdemRecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_COMPLETED)
 			continue;
 
 		/* being changed or locked, or changed: not ours now */
-		if (RecordsLock(&w, &slot->tts_tid, LockTupleExclusive, LockWaitSkip) != TM_Ok)
+		if (IdemRecordsLock(&w, &slot->tts_tid, LockTupleExclusive, LockWaitSkip) != TM_Ok)
 			continue;
 		/* a BEFORE DELETE trigger may keep it */
-		if (!RecordsDelete(&w, false))
+		if (!IdemRecordsDelete(&w, false))
 			continue;
 
 		OpCountsAdd(&oc, DatumGetTextPP(SlotColumn(&table, slot, COL_OPERATION)),
@@ -633,8 +608,8 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
 	index_close(index, AccessShareLock);
-	RecordsWriterEnd(&w);
-	RecordsClose(&table);
+	IdemRecordsWriterEnd(&w);
+	IdemRecordsClose(&table);
 
 	OpCountsFlush(&oc, IDEM_STAT_EXPIRED);
 	return deleted;
@@ -689,10 +664,10 @@ FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 	OpCounts	oc;
 	int64		flagged = 0;
 
-	if (!RecordsTryOpenRelation(maint_catalog.keys_relid, RowExclusiveLock, &table))
+	if (!IdemRecordsTryOpenRelation(maint_catalog.keys_relid, RowExclusiveLock, &table))
 		return 0;
-	RecordsCheckReadable(&table);
-	RecordsWriterBegin(&table, ACL_UPDATE, "idem_flag_stuck()", &w);
+	IdemRecordsCheckReadable(&table);
+	IdemRecordsWriterBegin(&table, ACL_UPDATE, "idem_flag_stuck()", &w);
 
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(table.rel, NULL);
@@ -725,17 +700,17 @@ FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 		created_at = DatumGetTimestampTz(SlotColumn(&table, slot, COL_CREATED_AT));
 		if (iscan != NULL && created_at > *lower)
 			*lower = created_at;
-		if (RecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_PROCESSING ||
+		if (IdemRecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_PROCESSING ||
 			DatumGetTimestampTz(SlotColumn(&table, slot, COL_UPDATED_AT)) > cutoff)
 			continue;
 
 		/* being written or locked, or changed: left for the next pass */
-		if (RecordsLock(&w, &slot->tts_tid, LockTupleNoKeyExclusive, LockWaitSkip) != TM_Ok)
+		if (IdemRecordsLock(&w, &slot->tts_tid, LockTupleNoKeyExclusive, LockWaitSkip) != TM_Ok)
 			continue;
-		RowInit(&row);
-		RowSet(&row, COL_STATUS, CStringGetTextDatum("stuck"), false);
+		IdemRowInit(&row);
+		IdemRowSet(&row, COL_STATUS, CStringGetTextDatum("stuck"), false);
 		/* a BEFORE UPDATE trigger may keep it processing */
-		if (!RecordsUpdate(&w, &row, false))
+		if (!IdemRecordsUpdate(&w, &row, false))
 			continue;
 
 		NotifyStuck(&buf, DatumGetTextPP(SlotColumn(&table, locked, COL_SCOPE)),
@@ -755,8 +730,8 @@ FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 		table_endscan(tscan);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snapshot);
-	RecordsWriterEnd(&w);
-	RecordsClose(&table);
+	IdemRecordsWriterEnd(&w);
+	IdemRecordsClose(&table);
 
 	OpCountsFlush(&oc, IDEM_STAT_FLAGGED_STUCK);
 	return flagged;
@@ -794,13 +769,13 @@ ListStuck(int limit, MemoryContext cxt)
 		bool		isnull;
 
 		rec->scope = DatumGetTextPCopy(PointerGetDatum(ResultText(i, 1)));
-		rec->operation = DatumGetTextPCopy(PointerGetDatum(ResultText(i, 2)));
+		rec->rc.operation = DatumGetTextPCopy(PointerGetDatum(ResultText(i, 2)));
 		rec->key = DatumGetTextPCopy(PointerGetDatum(ResultText(i, 3)));
-		rec->handler = text_to_cstring(ResultText(i, 4));
-		rec->run_as = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+		rec->rc.handler = text_to_cstring(ResultText(i, 4));
+		rec->rc.run_as = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
 													 SPI_tuptable->tupdesc,
 													 5, &isnull));
-		rec->registered_by = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
+		rec->rc.registered_by = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[i],
 															SPI_tuptable->tupdesc,
 															6, &isnull));
 		rec->skip = false;
@@ -831,7 +806,7 @@ FetchStuckRow(StuckRecord *rec)
 	int			rc;
 
 	values[0] = PointerGetDatum(rec->scope);
-	values[1] = PointerGetDatum(rec->operation);
+	values[1] = PointerGetDatum(rec->rc.operation);
 	values[2] = PointerGetDatum(rec->key);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -853,198 +828,6 @@ FetchStuckRow(StuckRecord *rec)
 	}
 	SPI_finish();
 	return row;
-}
-
-/*
- * OID of a stored reconciler signature, InvalidOid when no function has it
- * (dropped since it was registered).  Resolved under the pinned search_path.
- */
-static Oid
-ResolveHandler(StuckRecord *rec)
-{
-	LOCAL_FCINFO(fcinfo, 1);
-	Datum		result;
-
-	InitFunctionCallInfoData(*fcinfo, NULL, 1, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = CStringGetTextDatum(rec->handler);
-	fcinfo->args[0].isnull = false;
-	result = to_regprocedure(fcinfo);
-	if (fcinfo->isnull)
-		return InvalidOid;
-	return DatumGetObjectId(result);
-}
-
-/*
- * Pin search_path for code run as another role, the way PostgreSQL 17 runs
- * maintenance commands, with the extension's schema after pg_catalog; the
- * caller has opened a GUC nest level that undoes it.  Nothing the session,
- * a role or the database set can then make a reconciler's unqualified name
- * resolve to an object planted by someone else.
- */
-static void
-PinSearchPath(Oid nspid)
-{
-	char	   *path;
-
-	path = psprintf("pg_catalog, %s, pg_temp",
-					quote_identifier(get_namespace_name(nspid)));
-	(void) set_config_option("search_path", path, PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	pfree(path);
-}
-
-/*
- * May the reconciler of rec, resolved to handler, be called now?  Checked
- * at every call, not only when the row was written, because the row may
- * have been written by hand and rights change: the function must be a
- * plain function(idem_keys) that run_as may execute; the role that wrote
- * the row, and the function's owner (who can replace its body), must still
- * be able to act as run_as; and so must a session with temporary objects
- * (pg_temp is still searched for relations and types), or its objects
- * could run with run_as's rights.  When not, a WARNING names the operation
- * and the handler.
- */
-static bool
-ReconcilerRunnable(StuckRecord *rec, Oid handler, Oid rowtype)
-{
-	const char *op = text_to_cstring(rec->operation);
-	IdemHandlerFault fault;
-	char	   *run_as;
-	char	   *registrar;
-	Oid			owner;
-	Oid			tempns;
-	Oid			temptoastns;
-
-	run_as = GetUserNameFromId(rec->run_as, true);
-	if (run_as == NULL)
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rec->handler, op),
-				 errdetail("The role it runs as, with OID %u, no longer exists.",
-						   rec->run_as),
-				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
-		return false;
-	}
-	registrar = GetUserNameFromId(rec->registered_by, true);
-	if (registrar == NULL)
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rec->handler, op),
-				 errdetail("The role that registered it, with OID %u, no longer exists.",
-						   rec->registered_by),
-				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
-		return false;
-	}
-	if (!IdemCanActAs(rec->registered_by, rec->run_as))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rec->handler, op),
-				 errdetail("Role \"%s\", which registered it, may no longer act as role \"%s\", which it runs as.",
-						   registrar, run_as),
-				 errhint("Register the reconciler again with idem_set_reconciler as a role that may, or remove it by passing NULL.")));
-		return false;
-	}
-
-	if (!OidIsValid(handler))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rec->handler, op),
-				 errdetail("No function has that signature: it was dropped or renamed since it was registered."),
-				 errhint("Create the function again, register another reconciler with idem_set_reconciler, or remove it by passing NULL.")));
-		return false;
-	}
-	fault = IdemCheckHandler(handler, rowtype, InvalidOid, rec->run_as, NULL);
-	if (fault != IDEM_HANDLER_OK)
-	{
-		ereport(WARNING,
-				(errcode(IdemHandlerFaultCode(fault)),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rec->handler, op),
-				 errdetail_idem_handler(fault, handler, rowtype, InvalidOid,
-										rec->run_as),
-				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
-		return false;
-	}
-
-	/* Whoever owns the function can change what it does */
-	owner = IdemFunctionOwner(handler);
-	if (!IdemCanActAs(owner, rec->run_as))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rec->handler, op),
-				 errdetail("Role \"%s\", which owns the function and can change its body, may not act as role \"%s\", which it runs as.",
-						   GetUserNameFromId(owner, false), run_as),
-				 errhint("Register a function owned by a role that may act as role \"%s\", or remove the reconciler by passing NULL.",
-						 run_as)));
-		return false;
-	}
-
-	GetTempNamespaceState(&tempns, &temptoastns);
-	if (OidIsValid(tempns) && !IdemCanActAs(GetUserId(), rec->run_as))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rec->handler, op),
-				 errdetail("This session has temporary objects, and its role \"%s\" may not act as role \"%s\", which the reconciler runs as.",
-						   GetUserNameFromId(GetUserId(), false), run_as),
-				 errhint("Run the reconcilers from a session that created no temporary tables, or let the background worker run them.")));
-		return false;
-	}
-	return true;
-}
-
-/*
- * Call the reconciler of a stuck record as the role that registered it,
- * in a security-restricted context, with search_path pinned and setting
- * changes undone; false, after a WARNING, when it may not be called.
- */
-static bool
-CallReconciler(StuckRecord *rec, Datum row)
-{
-	/* the type of idem_keys itself, also when the records are a shard's */
-	Oid			rowtype = get_rel_type_id(get_relname_relid("idem_keys",
-															maint_catalog.nspid));
-	Oid			handler;
-	Oid			save_userid;
-	int			save_sec_context;
-	int			save_nestlevel;
-	FmgrInfo	flinfo;
-	LOCAL_FCINFO(fcinfo, 1);
-
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	save_nestlevel = NewGUCNestLevel();
-	PinSearchPath(maint_catalog.nspid);
-
-	handler = ResolveHandler(rec);
-	if (!ReconcilerRunnable(rec, handler, rowtype))
-	{
-		AtEOXact_GUC(false, save_nestlevel);
-		return false;
-	}
-
-	SetUserIdAndSecContext(rec->run_as,
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
-	fmgr_info(handler, &flinfo);
-	InitFunctionCallInfoData(*fcinfo, &flinfo, 1, InvalidOid, NULL, NULL);
-	fcinfo->args[0].value = row;
-	fcinfo->args[0].isnull = false;
-	(void) FunctionCallInvoke(fcinfo);
-
-	SetUserIdAndSecContext(save_userid, save_sec_context);
-	AtEOXact_GUC(false, save_nestlevel);
-	return true;
 }
 
 /* What became of one stuck record (ReconcileOne) */
@@ -1077,7 +860,7 @@ ReconcileOne(StuckRecord *rec)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		if (!CallReconciler(rec, row))
+		if (!IdemReconcilerCall(maint_catalog.nspid, &rec->rc, row))
 			result = RECONCILE_SKIPPED;
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
@@ -1097,9 +880,9 @@ ReconcileOne(StuckRecord *rec)
 		ereport(WARNING,
 				(errcode(edata->sqlerrcode),
 				 errmsg("reconciler %s failed for idempotency key \"%s\"",
-						rec->handler, text_to_cstring(rec->key)),
+						rec->rc.handler, text_to_cstring(rec->key)),
 				 errdetail("Operation \"%s\", scope \"%s\". The reconciler raised: %s",
-						   text_to_cstring(rec->operation),
+						   text_to_cstring(rec->rc.operation),
 						   text_to_cstring(rec->scope), edata->message),
 				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
 				 edata->context ? errcontext_msg("%s", edata->context) : 0));
@@ -1124,9 +907,9 @@ SkipOperation(List *stuck, StuckRecord *rec)
 	{
 		StuckRecord *other = (StuckRecord *) lfirst(lc);
 
-		if (VARSIZE_ANY_EXHDR(other->operation) == VARSIZE_ANY_EXHDR(rec->operation) &&
-			memcmp(VARDATA_ANY(other->operation), VARDATA_ANY(rec->operation),
-				   VARSIZE_ANY_EXHDR(rec->operation)) == 0)
+		if (VARSIZE_ANY_EXHDR(other->rc.operation) == VARSIZE_ANY_EXHDR(rec->rc.operation) &&
+			memcmp(VARDATA_ANY(other->rc.operation), VARDATA_ANY(rec->rc.operation),
+				   VARSIZE_ANY_EXHDR(rec->rc.operation)) == 0)
 			other->skip = true;
 	}
 }
@@ -1366,7 +1149,7 @@ PassRelations(PassState *ps)
 
 	UnitBegin(ps, "idempotency: listing the shards of idem_keys");
 	nspid = OidIsValid(ps->nspid) ? ps->nspid : ExtensionSchema();
-	shards = OidIsValid(nspid) && RecordsLocalShards(nspid, &relids);
+	shards = OidIsValid(nspid) && IdemRecordsLocalShards(nspid, &relids);
 	MemoryContextSwitchTo(ps->passcxt);
 	relids = shards ? list_copy(relids) : list_make1_oid(InvalidOid);
 	UnitEnd(ps);
@@ -1509,45 +1292,6 @@ idem_maintain(PG_FUNCTION_ARGS)
 }
 
 /*
- * Raise an ERROR unless handler can be a reconciler that runs as run_as:
- * a plain function(idem_keys), not returning a set, that run_as may
- * execute, owned by a role that may act as run_as.
- */
-static void
-CheckReconciler(Oid handler, Oid rowtype, Oid run_as)
-{
-	IdemHandlerFault fault;
-
-	fault = IdemCheckHandler(handler, rowtype, InvalidOid, run_as, NULL);
-	if (fault == IDEM_HANDLER_OK)
-	{
-		Oid			owner = IdemFunctionOwner(handler);
-
-		if (!IdemCanActAs(owner, run_as))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("function %s cannot be a reconciler that runs as role \"%s\"",
-							format_procedure(handler), GetUserNameFromId(run_as, false)),
-					 errdetail("Role \"%s\", which owns the function and can change its body, may not act as role \"%s\".",
-							   GetUserNameFromId(owner, false),
-							   GetUserNameFromId(run_as, false))));
-		return;
-	}
-	if (fault == IDEM_HANDLER_MISSING)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("function with OID %u does not exist", handler)));
-	if (fault == IDEM_HANDLER_NOT_EXECUTABLE && run_as == GetUserId())
-		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_FUNCTION, get_func_name(handler));
-	ereport(ERROR,
-			(errcode(IdemHandlerFaultCode(fault)),
-			 errmsg("function %s cannot be a reconciler", format_procedure(handler)),
-			 errdetail_idem_handler(fault, handler, rowtype, InvalidOid, run_as),
-			 errhint("A reconciler is a function of one argument of type %s that settles the stuck record with idem_complete or idem_release.",
-					 format_type_be(rowtype))));
-}
-
-/*
  * idem_set_reconciler(operation, handler) → void: register the reconciler
  * of an operation (it runs as the current role), or remove it with NULL.
  * The row goes through idem_reconcilers' trigger like any other write.
@@ -1570,7 +1314,7 @@ idem_set_reconciler(PG_FUNCTION_ARGS)
 	{
 		Oid			handler = PG_GETARG_OID(1);
 
-		CheckReconciler(handler, get_rel_type_id(maint_catalog.keys_relid),
+		IdemReconcilerCheck(handler, get_rel_type_id(maint_catalog.keys_relid),
 						GetUserId());
 		values[1] = CStringGetTextDatum(format_procedure_qualified(handler));
 		values[2] = ObjectIdGetDatum(GetUserId());
@@ -1582,104 +1326,4 @@ idem_set_reconciler(PG_FUNCTION_ARGS)
 			values, nulls);
 	SPI_finish();
 	PG_RETURN_VOID();
-}
-
-/* Attribute number of a column of idem_reconcilers, checked to be of type */
-static AttrNumber
-ReconcilersColumn(Relation rel, const char *name, Oid type)
-{
-	TupleDesc	tupdesc = RelationGetDescr(rel);
-	int			attnum = SPI_fnumber(tupdesc, name);
-
-	if (attnum <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("column \"%s\" of table \"%s\" does not exist",
-						name, RelationGetRelationName(rel)),
-				 errhint("Add the column back as %s with ALTER TABLE.",
-						 format_type_be(type))));
-	if (TupleDescAttr(tupdesc, attnum - 1)->atttypid != type)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("column \"%s\" of table \"%s\" must be of type %s",
-						name, RelationGetRelationName(rel), format_type_be(type)),
-				 errhint("Change the column back with ALTER TABLE ... ALTER COLUMN ... TYPE.")));
-	return attnum;
-}
-
-/*
- * Trigger BEFORE INSERT OR UPDATE FOR EACH ROW of idem_reconcilers.
- * Whoever writes a row, through idem_set_reconciler or with plain INSERT,
- * UPDATE or COPY, its handler must name a function that can be a
- * reconciler run as run_as, stored as its schema-qualified signature; the
- * writer must be able to act as run_as; and registered_by becomes the
- * writer, whatever the row said.  Each call checks all of it again
- * (ReconcilerRunnable), since rights and functions change after a write.
- */
-Datum
-idem_reconcilers_check(PG_FUNCTION_ARGS)
-{
-	TriggerData *trigdata = (TriggerData *) fcinfo->context;
-	Relation	rel;
-	HeapTuple	tuple;
-	int			attnums[2];
-	Datum		values[2];
-	bool		nulls[2] = {false, false};
-	Datum		d;
-	bool		isnull;
-	AttrNumber	handler_att;
-	AttrNumber	run_as_att;
-	Oid			handler;
-	Oid			run_as;
-	Oid			keys;
-
-	if (!CALLED_AS_TRIGGER(fcinfo) ||
-		!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
-		!(TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) ||
-		  TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event)))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("function \"idem_reconcilers_check\" must be fired BEFORE INSERT OR UPDATE FOR EACH ROW")));
-
-	rel = trigdata->tg_relation;
-	tuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
-		trigdata->tg_newtuple : trigdata->tg_trigtuple;
-	handler_att = ReconcilersColumn(rel, "handler", TEXTOID);
-	run_as_att = ReconcilersColumn(rel, "run_as", REGROLEOID);
-	attnums[0] = handler_att;
-	attnums[1] = ReconcilersColumn(rel, "registered_by", REGROLEOID);
-
-	/* NULLs are for the NOT NULL constraints to refuse */
-	d = heap_getattr(tuple, run_as_att, RelationGetDescr(rel), &isnull);
-	run_as = isnull ? InvalidOid : DatumGetObjectId(d);
-	d = heap_getattr(tuple, handler_att, RelationGetDescr(rel), &isnull);
-	if (isnull || !OidIsValid(run_as))
-		nulls[0] = isnull;
-	else
-	{
-		keys = get_relname_relid("idem_keys", RelationGetNamespace(rel));
-		if (!OidIsValid(keys))
-			ReportMissingTable("idem_keys");
-		if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(run_as)))
-			ereport(ERROR,
-					(errcode(ERRCODE_UNDEFINED_OBJECT),
-					 errmsg("role with OID %u does not exist", run_as)));
-		if (!IdemCanActAs(GetUserId(), run_as))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied to register a reconciler that runs as role \"%s\"",
-							GetUserNameFromId(run_as, false)),
-					 errdetail("Only roles that can become role \"%s\" with SET ROLE may register reconcilers that run as it.",
-							   GetUserNameFromId(run_as, false))));
-		handler = DatumGetObjectId(DirectFunctionCall1(regprocedurein,
-													   CStringGetDatum(TextDatumGetCString(d))));
-		CheckReconciler(handler, get_rel_type_id(keys), run_as);
-		d = CStringGetTextDatum(format_procedure_qualified(handler));
-	}
-	values[0] = d;
-	values[1] = ObjectIdGetDatum(GetUserId());
-
-	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, RelationGetDescr(rel),
-													 2, attnums, values, nulls));
 }

@@ -94,8 +94,8 @@ CheckHandler(Oid handler)
 				(errcode(IdemHandlerFaultCode(fault)),
 				 errmsg("function %s cannot be an idem_call handler",
 						format_procedure(handler)),
-				 errdetail_idem_handler(fault, handler, JSONBOID, JSONBOID,
-										GetUserId()),
+				 IdemErrdetailHandler(fault, handler, JSONBOID, JSONBOID,
+											GetUserId()),
 				 errhint("Declare it as CREATE FUNCTION name(request jsonb) RETURNS jsonb.")));
 	InvokeFunctionExecuteHook(handler);
 	return strict;

@@ -13,18 +13,9 @@
  * committed while we waited for the lock leaves a clean ERROR, never an
  * attempt to open a relation that is gone.
  *
- * Where a scope's records live (RecordsResolve, the one place that says):
- * without Citus in the database, in idem_keys itself; that check is one
- * cached boolean, forgotten when pg_extension changes.  With Citus, only
- * idem_keys distributed by scope (idem_distribute) is supported: a scope's
- * records live in its shard, a plain table on the node that holds it, and
- * a call reads and writes that shard relation, in the caller's transaction,
- * under the shard's metadata lock that Citus's own writers take (ShareLock;
- * a shard move holds it exclusively while it copies, so no record is
- * written behind the copy).  The shell of the distributed table never
- * holds a record: a call on a node that does not hold the scope's shard is
- * an ERROR, as is a non-distributed idem_keys next to Citus, whose writes
- * Citus cannot see and so would commit apart from the effect's.
+ * Where a scope's records live (IdemRecordsResolve, the one place that
+ * says): without Citus in the database, in idem_keys itself; with Citus,
+ * in the local shard of idem_keys that holds the scope (citus.c).
  *
  * The layout: the columns are found by name and checked by type once per
  * relcache entry of idem_keys (a relcache callback forgets the layout when
@@ -38,14 +29,14 @@
  * and an EState of their own, as the logical apply worker writes, so CHECK
  * and NOT NULL constraints, triggers and every index of the table hold as
  * for an INSERT, UPDATE or DELETE statement.  An update or a delete first
- * locks the row version it read (RecordsLock), with the caller's wait
+ * locks the row version it read (IdemRecordsLock), with the caller's wait
  * policy; the lock either succeeds on that very version or reports that it
  * changed, so no write ever meets a newer version than the one its caller
  * checked, and none raises a serialization failure at REPEATABLE READ.
  *
  * Locks taken here: the table's lock (AccessShareLock to read,
  * RowExclusiveLock to write) until the end of the transaction, its
- * indexes' AccessShareLock, and the row lock of RecordsLock.
+ * indexes' AccessShareLock, and the row lock of IdemRecordsLock.
  *
  *-------------------------------------------------------------------------
  */
@@ -150,23 +141,6 @@ typedef struct IdemLayout
 static IdemLayout idem_layout;
 static bool idem_layout_callback = false;
 
-/* Whether idem_keys is distributed by Citus, for one relid (IsDistributed) */
-typedef struct IdemDistribution
-{
-	bool		valid;
-	Oid			relid;
-	bool		distributed;
-	uint64		generation;		/* relcache_generation when it was read */
-} IdemDistribution;
-
-static IdemDistribution distribution;
-static uint64 relcache_generation = 0;
-
-/* Counts changes of pg_extension, for CitusInstalled */
-static bool extension_callback = false;
-static uint64 extension_generation = 0;
-static uint64 citus_checked_generation = 0;
-
 /* Relcache callback: forget the layout when idem_keys (or everything) changes */
 static void
 LayoutInvalidate(Datum arg, Oid relid)
@@ -181,8 +155,6 @@ LayoutInvalidate(Datum arg, Oid relid)
 	for (i = 0; i < idem_layout.npredicates; i++)
 		if (relid == idem_layout.predicate_index[i])
 			idem_layout.exprs_valid = false;
-	if (relid == InvalidOid || relid == distribution.relid)
-		relcache_generation++;
 }
 
 /* pg_proc callback: a function of a prepared expression may have changed */
@@ -204,28 +176,26 @@ RegisterRelcacheCallback(void)
 	}
 }
 
-/* Syscache callback: pg_extension changed, Citus may have come or gone */
-static void
-ExtensionInvalidate(Datum arg, int cacheid, uint32 hashvalue)
-{
-	extension_generation++;
-}
-
 static void OpenLocked(Oid relid, LOCKMODE lockmode, IdemTable *table);
 
-/* Raise the error for an idem_keys that is not there (any more) */
-static void
-ReportMissingTable(void)
+/* Raise the error for a table of the extension that is not there (any more) */
+void
+IdemReportMissingTable(const char *relname)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_UNDEFINED_TABLE),
-			 errmsg("table \"idem_keys\" of extension \"idempotency\" does not exist"),
+			 errmsg("table \"%s\" of extension \"%s\" does not exist",
+					relname, IDEM_EXTENSION_NAME),
 			 errdetail("The extension may have been dropped while this call ran.")));
 }
 
-/* extversion of the installed extension, or NULL when it is not installed */
-static char *
-InstalledVersion(void)
+/*
+ * extversion of the extension extname installed in this database, and its
+ * schema into *nspid when nspid is not NULL; NULL (and InvalidOid) when it
+ * is not installed.  The one reader of pg_extension.
+ */
+char *
+IdemExtensionVersion(const char *extname, Oid *nspid)
 {
 	Relation	rel;
 	SysScanDesc scan;
@@ -235,17 +205,20 @@ InstalledVersion(void)
 
 	rel = table_open(ExtensionRelationId, AccessShareLock);
 	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
-				F_NAMEEQ, CStringGetDatum("idempotency"));
+				F_NAMEEQ, CStringGetDatum(extname));
 	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
 	tuple = systable_getnext(scan);
+	if (nspid)
+		*nspid = InvalidOid;
 	if (HeapTupleIsValid(tuple))
 	{
 		bool		isnull;
 		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
 									 RelationGetDescr(rel), &isnull);
 
-		if (!isnull)
-			version = text_to_cstring(DatumGetTextPP(d));
+		version = isnull ? pstrdup("") : text_to_cstring(DatumGetTextPP(d));
+		if (nspid)
+			*nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
@@ -270,7 +243,7 @@ ReportMissingColumn(Relation rel, IdemColumn col)
 {
 	const char *name = idem_columns[col].name;
 	char	   *type = format_type_be(idem_columns[col].type);
-	char	   *installed = InstalledVersion();
+	char	   *installed = IdemExtensionVersion(IDEM_EXTENSION_NAME, NULL);
 
 	if (installed != NULL && strcmp(installed, IDEM_VERSION) != 0)
 		ereport(ERROR,
@@ -480,200 +453,6 @@ UsePreparedExpressions(ResultRelInfo *rri)
 }
 
 /*
- * Is Citus installed in this database?  Cached until pg_extension changes;
- * an invalidation that arrives during the lookup leaves nothing cached.
- */
-static bool
-CitusInstalled(void)
-{
-	static bool known = false;
-	static bool installed = false;
-	uint64		generation;
-
-	if (!extension_callback)
-	{
-		CacheRegisterSyscacheCallback(EXTENSIONOID, ExtensionInvalidate, (Datum) 0);
-		extension_callback = true;
-	}
-	if (known && extension_generation == citus_checked_generation)
-		return installed;
-	generation = extension_generation;
-	installed = OidIsValid(get_extension_oid("citus", true));
-	known = true;
-	citus_checked_generation = generation;
-	return installed;
-}
-
-/*
- * Raise the error for idem_keys next to Citus but not distributed by scope:
- * its writes would commit apart from the effects on the workers.
- */
-static void
-ReportUndistributedTable(Relation rel)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-			 errmsg("table \"idem_keys\" must be distributed by scope when Citus is installed"),
-			 errdetail("Citus cannot see the writes of the extension to a table that is not distributed, so a record could commit apart from its effect."),
-			 errhint("Distribute it next to the tenant's table with SELECT %s.idem_distribute('your_table').",
-					 quote_identifier(get_namespace_name(RelationGetNamespace(rel))))));
-}
-
-/* The prepared statement of ShardOfScope, kept for the session */
-static SPIPlanPtr shard_plan = NULL;
-
-/*
- * The shard of the distributed idem_keys relid that holds scope, and its
- * relation when this node holds it (InvalidOid otherwise), read with the
- * latest snapshot so that a shard move committed meanwhile is seen.
- */
-static int64
-ShardOfScope(Oid relid, text *scope, Oid *shard_relid)
-{
-	Datum		values[2] = {ObjectIdGetDatum(relid), PointerGetDatum(scope)};
-	Oid			types[2] = {REGCLASSOID, TEXTOID};
-	bool		isnull;
-	int64		shardid;
-	int			rc;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	if (shard_plan == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare(
-			"SELECT s.id, CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_dist_placement p"
-			" WHERE p.shardid OPERATOR(pg_catalog.=) s.id"
-			" AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g))"
-			" THEN pg_catalog.to_regclass(pg_catalog.shard_name($1, s.id, false))::pg_catalog.oid END"
-			" FROM (SELECT pg_catalog.get_shard_id_for_distribution_column($1, $2) AS id) s",
-			2, types);
-
-		if (plan == NULL || SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-		shard_plan = plan;
-	}
-	rc = SPI_execute_snapshot(shard_plan, values, NULL, GetLatestSnapshot(),
-							  InvalidSnapshot, true, false, 1);
-	if (rc != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not find the shard of scope \"%s\"", text_to_cstring(scope));
-	shardid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	if (isnull)
-		elog(ERROR, "could not find the shard of scope \"%s\"", text_to_cstring(scope));
-	*shard_relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-												  SPI_tuptable->tupdesc, 2, &isnull));
-	if (isnull)
-		*shard_relid = InvalidOid;
-	SPI_finish();
-	return shardid;
-}
-
-/*
- * Take the lock on a shard's placement metadata that Citus's own writers
- * take and a shard move or split takes exclusively on every node, through
- * Citus's own function: the lock's tag depends on the shard's colocation.
- */
-static void
-LockShardMetadata(int64 shardid)
-{
-	typedef void (*LockFunc) (int64 shardId, LOCKMODE lockMode);
-	static LockFunc lock_func = NULL;
-
-	if (lock_func == NULL)
-		lock_func = (LockFunc) load_external_function("$libdir/citus",
-													  "LockShardDistributionMetadata",
-													  true, NULL);
-	lock_func(shardid, ShareLock);
-}
-
-/*
- * The local shard relation of the distributed idem_keys relid that holds
- * scope, locked with lockmode, under the shard's metadata lock (see the
- * file header).  An ERROR 55000 when this node does not hold it (the call
- * was not delegated), and 40001 when the shard moved away while we waited
- * for its lock (the caller's transaction was routed before the move, and
- * a retry goes to the shard's new node).
- */
-static Oid
-LocalShardOfScope(Relation rel, text *scope, LOCKMODE lockmode)
-{
-	Oid			relid = RelationGetRelid(rel);
-	Oid			shard_relid;
-	int64		shardid = ShardOfScope(relid, scope, &shard_relid);
-
-	if (!OidIsValid(shard_relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("the records of scope \"%s\" are not on this node",
-						text_to_cstring(scope)),
-				 errdetail("Shard " INT64_FORMAT " of the distributed table \"idem_keys\" holds them, and this node has no placement of it.",
-						   shardid),
-				 errhint("Call the function with the scope as a constant so that Citus delegates it to the node of the shard, or connect to that node.")));
-	for (;;)
-	{
-		int64		again;
-
-		LockShardMetadata(shardid);
-		/* a move or a split may have committed while we waited */
-		again = ShardOfScope(relid, scope, &shard_relid);
-		if (again == shardid)
-			break;
-		shardid = again;
-	}
-	if (OidIsValid(shard_relid))
-	{
-		LockRelationOid(shard_relid, lockmode);
-		if (SearchSysCacheExists1(RELOID, ObjectIdGetDatum(shard_relid)))
-			return shard_relid;
-	}
-	ereport(ERROR,
-			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			 errmsg("could not serialize access due to a concurrent move of the shard of scope \"%s\"",
-					text_to_cstring(scope)),
-			 errdetail("Shard " INT64_FORMAT " of the distributed table \"idem_keys\" left this node while the call waited for it.",
-					   shardid),
-			 errhint("Retry the transaction.")));
-	return InvalidOid;			/* keep compiler quiet */
-}
-
-/*
- * Is the idem_keys relid distributed by hash (scope), as idem_distribute
- * makes it?  Cached until its relcache entry is invalidated, which Citus
- * does whenever it changes its metadata.
- */
-static bool
-IsDistributed(Relation rel)
-{
-	Oid			relid = RelationGetRelid(rel);
-	Datum		values[1] = {ObjectIdGetDatum(relid)};
-	Oid			types[1] = {OIDOID};
-	uint64		generation = relcache_generation;
-	bool		distributed;
-	int			rc;
-
-	RegisterRelcacheCallback();
-	if (distribution.valid && distribution.relid == relid &&
-		distribution.generation == generation)
-		return distribution.distributed;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	rc = SPI_execute_with_args("SELECT FROM pg_catalog.pg_dist_partition"
-							   " WHERE logicalrelid OPERATOR(pg_catalog.=) $1"
-							   " AND partmethod OPERATOR(pg_catalog.=) 'h'",
-							   1, types, values, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
-	distributed = SPI_processed > 0;
-	SPI_finish();
-
-	distribution.relid = relid;
-	distribution.distributed = distributed;
-	distribution.generation = generation;
-	distribution.valid = true;
-	return distributed;
-}
-
-/*
  * The one answer to "which relation holds the records of scope": the OID
  * of idem_keys of the extension in schema nspid, or, with Citus, of the
  * local shard of idem_keys that holds scope (see the file header); locked
@@ -682,7 +461,7 @@ IsDistributed(Relation rel)
  * scope asks for idem_keys itself, for the maintenance of its records.
  */
 Oid
-RecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode)
+IdemRecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode)
 {
 	Oid			relid = get_relname_relid("idem_keys", nspid);
 	Relation	rel;
@@ -696,13 +475,13 @@ RecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode)
 		UnlockRelationOid(relid, lockmode);
 		return InvalidOid;
 	}
-	if (scope == NULL || !CitusInstalled())
+	if (scope == NULL || !IdemCitusInstalled())
 		return relid;
 
 	rel = table_open(relid, NoLock);
-	if (!IsDistributed(rel))
-		ReportUndistributedTable(rel);
-	shard = LocalShardOfScope(rel, scope, lockmode);
+	if (!IdemCitusIsDistributed(rel))
+		IdemCitusReportUndistributed(rel);
+	shard = IdemCitusLocalShard(rel, scope, lockmode);
 	table_close(rel, NoLock);
 	return shard;
 }
@@ -711,72 +490,38 @@ RecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode)
  * The shards of idem_keys of schema nspid that this node holds, for its
  * maintenance, into *relids (NIL on a coordinator without shards): true
  * when Citus distributes idem_keys, false when the records are in
- * idem_keys itself (or there is none).  Each shard is opened later with
- * RecordsTryOpenRelation, which sees one dropped since.
+ * idem_keys itself (or there is none).
  */
 bool
-RecordsLocalShards(Oid nspid, List **relids)
+IdemRecordsLocalShards(Oid nspid, List **relids)
 {
 	Oid			relid = get_relname_relid("idem_keys", nspid);
-	Datum		values[1] = {ObjectIdGetDatum(relid)};
-	Oid			types[1] = {REGCLASSOID};
-	List	   *result = NIL;
-	MemoryContext caller = CurrentMemoryContext;
 	Relation	rel;
 	bool		distributed;
-	uint64		i;
-	int			rc;
 
 	*relids = NIL;
-	if (!OidIsValid(relid) || !CitusInstalled())
+	if (!OidIsValid(relid) || !IdemCitusInstalled())
 		return false;
 	rel = table_open(relid, AccessShareLock);
-	distributed = IsDistributed(rel);
+	distributed = IdemCitusIsDistributed(rel);
 	table_close(rel, NoLock);
 	if (!distributed)
 		return false;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	rc = SPI_execute_with_args("SELECT pg_catalog.to_regclass(pg_catalog.shard_name($1, s.shardid, false))::pg_catalog.oid"
-							   " FROM pg_catalog.pg_dist_shard s JOIN pg_catalog.pg_dist_placement p"
-							   " ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
-							   " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
-							   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)"
-							   " ORDER BY s.shardid",
-							   1, types, values, NULL, true, 0);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
-	for (i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-									  1, &isnull);
-
-		if (!isnull)
-		{
-			MemoryContext oldcxt = MemoryContextSwitchTo(caller);
-
-			result = lappend_oid(result, DatumGetObjectId(d));
-			MemoryContextSwitchTo(oldcxt);
-		}
-	}
-	SPI_finish();
-	*relids = result;
+	*relids = IdemCitusLocalShards(relid);
 	return true;
 }
 
 /*
- * Open the relation that holds the records of scope (RecordsResolve) with
+ * Open the relation that holds the records of scope (IdemRecordsResolve) with
  * lockmode, held until the end of the transaction, and resolve its layout;
  * false when there is no idem_keys, or it was dropped while we waited for
  * its lock (see the file header).  A table whose layout is wrong raises an
  * ERROR.
  */
 bool
-RecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode, IdemTable *table)
+IdemRecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode, IdemTable *table)
 {
-	Oid			relid = RecordsResolve(nspid, scope, lockmode);
+	Oid			relid = IdemRecordsResolve(nspid, scope, lockmode);
 
 	if (!OidIsValid(relid))
 		return false;
@@ -785,11 +530,11 @@ RecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode, IdemTable *table)
 }
 
 /*
- * Open relid, one of RecordsLocalShards, as RecordsTryOpen does; false
+ * Open relid, one of IdemRecordsLocalShards, as IdemRecordsTryOpen does; false
  * when it was dropped (a shard moved away meanwhile).
  */
 bool
-RecordsTryOpenRelation(Oid relid, LOCKMODE lockmode, IdemTable *table)
+IdemRecordsTryOpenRelation(Oid relid, LOCKMODE lockmode, IdemTable *table)
 {
 	LockRelationOid(relid, lockmode);
 	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
@@ -813,17 +558,17 @@ OpenLocked(Oid relid, LOCKMODE lockmode, IdemTable *table)
 	table->pkey = idem_layout.pkey;
 }
 
-/* RecordsTryOpen, with an ERROR when the table is not there */
+/* IdemRecordsTryOpen, with an ERROR when the table is not there */
 void
-RecordsOpen(Oid nspid, text *scope, LOCKMODE lockmode, IdemTable *table)
+IdemRecordsOpen(Oid nspid, text *scope, LOCKMODE lockmode, IdemTable *table)
 {
-	if (!RecordsTryOpen(nspid, scope, lockmode, table))
-		ReportMissingTable();
+	if (!IdemRecordsTryOpen(nspid, scope, lockmode, table))
+		IdemReportMissingTable("idem_keys");
 }
 
 /* Close idem_keys; its lock stays until the end of the transaction */
 void
-RecordsClose(IdemTable *table)
+IdemRecordsClose(IdemTable *table)
 {
 	table_close(table->rel, NoLock);
 	table->rel = NULL;
@@ -842,7 +587,7 @@ CheckPrivilege(IdemTable *table, AclMode mode)
 
 /* Refuse to read past privileges or row-level security */
 void
-RecordsCheckReadable(IdemTable *table)
+IdemRecordsCheckReadable(IdemTable *table)
 {
 	CheckPrivilege(table, ACL_SELECT);
 	if (check_enable_rls(RelationGetRelid(table->rel), InvalidOid, false) == RLS_ENABLED)
@@ -854,7 +599,7 @@ RecordsCheckReadable(IdemTable *table)
 
 /* Map the status column to its enum */
 IdemStatus
-RecordsStatus(text *status)
+IdemRecordsStatus(text *status)
 {
 	char	   *s = VARDATA_ANY(status);
 	int			len = VARSIZE_ANY_EXHDR(status);
@@ -907,15 +652,15 @@ LockedByOther(TupleTableSlot *slot)
  * inserting, updating or deleting it) is what the snapshot reported.
  */
 void
-RecordsFromSlot(IdemTable *table, TupleTableSlot *slot, Snapshot snapshot,
-				IdemRecord *rec)
+IdemRecordsFromSlot(IdemTable *table, TupleTableSlot *slot, Snapshot snapshot,
+					IdemRecord *rec)
 {
 	Datum		d;
 	bool		isnull;
 
 	slot_getallattrs(slot);
 	memset(rec, 0, sizeof(*rec));
-	rec->status = RecordsStatus(DatumGetTextPP(SlotColumn(table, slot, COL_STATUS)));
+	rec->status = IdemRecordsStatus(DatumGetTextPP(SlotColumn(table, slot, COL_STATUS)));
 	if (!SlotColumnIsNull(table, slot, COL_REQUEST_HASH))
 		rec->request_hash = DatumGetByteaPCopy(SlotColumn(table, slot, COL_REQUEST_HASH));
 	if (!SlotColumnIsNull(table, slot, COL_RESPONSE_STATUS))
@@ -962,8 +707,8 @@ RecordsFromSlot(IdemTable *table, TupleTableSlot *slot, Snapshot snapshot,
  * datum too.
  */
 bool
-RecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
-			 text *operation, text *key, IdemRecord *rec, Datum *row_out)
+IdemRecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
+				 text *operation, text *key, IdemRecord *rec, Datum *row_out)
 {
 	Relation	index;
 	IndexScanDesc scan;
@@ -985,7 +730,7 @@ RecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found)
 	{
-		RecordsFromSlot(table, slot, snapshot, rec);
+		IdemRecordsFromSlot(table, slot, snapshot, rec);
 		if (row_out)
 			*row_out = ExecFetchSlotHeapTupleDatum(slot);
 	}
@@ -999,11 +744,11 @@ RecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
  * Prepare to write idem_keys after checking what the equivalent statement
  * would: not in a read-only transaction (nor on a standby), and each
  * privilege in modes.  "function" names the caller in the read-only error.
- * Everything lives in the EState's memory and goes in RecordsWriterEnd.
+ * Everything lives in the EState's memory and goes in IdemRecordsWriterEnd.
  */
 void
-RecordsWriterBegin(IdemTable *table, AclMode modes, const char *function,
-				   IdemWriter *w)
+IdemRecordsWriterBegin(IdemTable *table, AclMode modes, const char *function,
+					   IdemWriter *w)
 {
 	Relation	rel = table->rel;
 	RangeTblEntry *rte;
@@ -1061,7 +806,7 @@ RecordsWriterBegin(IdemTable *table, AclMode modes, const char *function,
  * executor state, and make the changes visible to what follows.
  */
 void
-RecordsWriterEnd(IdemWriter *w)
+IdemRecordsWriterEnd(IdemWriter *w)
 {
 	EvalPlanQualEnd(&w->epqstate);
 	ExecCloseIndices(w->rri);
@@ -1082,8 +827,8 @@ RecordsWriterEnd(IdemWriter *w)
  * what it checked, and no isolation level turns a change into 40001.
  */
 TM_Result
-RecordsLock(IdemWriter *w, ItemPointer tid, LockTupleMode mode,
-			LockWaitPolicy policy)
+IdemRecordsLock(IdemWriter *w, ItemPointer tid, LockTupleMode mode,
+				LockWaitPolicy policy)
 {
 	TM_FailureData tmfd;
 	TM_Result	result;
@@ -1135,7 +880,7 @@ StoreRow(IdemTable *table, TupleTableSlot *slot, IdemRow *row)
  * advisory lock space of the database (see keys.c for who takes it).
  */
 void
-RecordsKeyLockTag(LOCKTAG *tag, text *scope, text *operation, text *key)
+IdemRecordsKeyLockTag(LOCKTAG *tag, text *scope, text *operation, text *key)
 {
 	uint64		h;
 
@@ -1154,7 +899,7 @@ RecordsKeyLockTag(LOCKTAG *tag, text *scope, text *operation, text *key)
 
 /* Insert a record with the columns set in row (the others NULL) */
 void
-RecordsInsert(IdemWriter *w, IdemRow *row)
+IdemRecordsInsert(IdemWriter *w, IdemRow *row)
 {
 	TupleTableSlot *slot = w->row;
 	int			natts = slot->tts_tupleDescriptor->natts;
@@ -1169,12 +914,12 @@ RecordsInsert(IdemWriter *w, IdemRow *row)
 }
 
 /*
- * Replace the columns set in row in the version RecordsLock locked.  With
+ * Replace the columns set in row in the version IdemRecordsLock locked.  With
  * report_skip false, a BEFORE trigger's skipping the update returns false
  * instead of raising an error.
  */
 bool
-RecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
+IdemRecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
 {
 	TupleTableSlot *slot = w->row;
 	int			natts = slot->tts_tupleDescriptor->natts;
@@ -1195,10 +940,10 @@ RecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
 	 * see the old version or the new one.  The row is locked already, and
 	 * a reservation holds the key lock only while it reads and claims.
 	 */
-	RecordsKeyLockTag(&tag,
-					  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_SCOPE)),
-					  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_OPERATION)),
-					  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_KEY)));
+	IdemRecordsKeyLockTag(&tag,
+						  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_SCOPE)),
+						  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_OPERATION)),
+						  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_KEY)));
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	ExecSimpleRelationUpdate(w->rri, w->estate, &w->epqstate, w->locked, slot);
 	LockRelease(&tag, ExclusiveLock, false);
@@ -1210,11 +955,11 @@ RecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
 }
 
 /*
- * Delete the version RecordsLock locked.  With report_skip false, a BEFORE
+ * Delete the version IdemRecordsLock locked.  With report_skip false, a BEFORE
  * trigger's skipping the delete returns false instead of raising an error.
  */
 bool
-RecordsDelete(IdemWriter *w, bool report_skip)
+IdemRecordsDelete(IdemWriter *w, bool report_skip)
 {
 	TriggerDesc *trigdesc = w->rri->ri_TrigDesc;
 
@@ -1241,14 +986,14 @@ RecordsDelete(IdemWriter *w, bool report_skip)
 
 /* Start a row with no column set */
 void
-RowInit(IdemRow *row)
+IdemRowInit(IdemRow *row)
 {
 	memset(row, 0, sizeof(*row));
 }
 
 /* Set column col of a row */
 void
-RowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull)
+IdemRowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull)
 {
 	row->values[col] = value;
 	row->isnull[col] = isnull;

@@ -97,36 +97,36 @@ typedef struct IdemRow
 	bool		set[IDEM_NUM_COLUMNS];
 } IdemRow;
 
-extern Oid	RecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode);
-extern bool RecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode,
-						   IdemTable *table);
-extern void RecordsOpen(Oid nspid, text *scope, LOCKMODE lockmode,
-						IdemTable *table);
-extern bool RecordsLocalShards(Oid nspid, List **relids);
-extern bool RecordsTryOpenRelation(Oid relid, LOCKMODE lockmode,
-								   IdemTable *table);
-extern void RecordsClose(IdemTable *table);
-extern void RecordsCheckReadable(IdemTable *table);
-extern bool RecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
-						 text *operation, text *key, IdemRecord *rec,
-						 Datum *row_out);
-extern void RecordsFromSlot(IdemTable *table, TupleTableSlot *slot,
-							Snapshot snapshot, IdemRecord *rec);
-extern IdemStatus RecordsStatus(text *status);
+extern Oid	IdemRecordsResolve(Oid nspid, text *scope, LOCKMODE lockmode);
+extern bool IdemRecordsTryOpen(Oid nspid, text *scope, LOCKMODE lockmode,
+							   IdemTable *table);
+extern void IdemRecordsOpen(Oid nspid, text *scope, LOCKMODE lockmode,
+							IdemTable *table);
+extern bool IdemRecordsLocalShards(Oid nspid, List **relids);
+extern bool IdemRecordsTryOpenRelation(Oid relid, LOCKMODE lockmode,
+									   IdemTable *table);
+extern void IdemRecordsClose(IdemTable *table);
+extern void IdemRecordsCheckReadable(IdemTable *table);
+extern bool IdemRecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
+							 text *operation, text *key, IdemRecord *rec,
+							 Datum *row_out);
+extern void IdemRecordsFromSlot(IdemTable *table, TupleTableSlot *slot,
+								Snapshot snapshot, IdemRecord *rec);
+extern IdemStatus IdemRecordsStatus(text *status);
 
-extern void RecordsWriterBegin(IdemTable *table, AclMode modes,
-							   const char *function, IdemWriter *w);
-extern void RecordsWriterEnd(IdemWriter *w);
-extern TM_Result RecordsLock(IdemWriter *w, ItemPointer tid,
-							 LockTupleMode mode, LockWaitPolicy policy);
-extern void RecordsInsert(IdemWriter *w, IdemRow *row);
-extern bool RecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip);
-extern void RecordsKeyLockTag(LOCKTAG *tag, text *scope, text *operation,
-							  text *key);
-extern bool RecordsDelete(IdemWriter *w, bool report_skip);
+extern void IdemRecordsWriterBegin(IdemTable *table, AclMode modes,
+								   const char *function, IdemWriter *w);
+extern void IdemRecordsWriterEnd(IdemWriter *w);
+extern TM_Result IdemRecordsLock(IdemWriter *w, ItemPointer tid,
+								 LockTupleMode mode, LockWaitPolicy policy);
+extern void IdemRecordsInsert(IdemWriter *w, IdemRow *row);
+extern bool IdemRecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip);
+extern void IdemRecordsKeyLockTag(LOCKTAG *tag, text *scope, text *operation,
+								  text *key);
+extern bool IdemRecordsDelete(IdemWriter *w, bool report_skip);
 
-extern void RowInit(IdemRow *row);
-extern void RowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull);
+extern void IdemRowInit(IdemRow *row);
+extern void IdemRowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull);
 
 /* The value of column col in slot (which has all attributes deformed) */
 #define SlotColumn(table, slot, col) \

@@ -11,8 +11,8 @@
  * With shared_preload_libraries = 'idempotency', a shared hash table keyed by
  * (database oid, operation) holds one entry per counted operation: the
  * counters of IdemCounter and the time the entry started counting.  Space is
- * requested from shmem_request_hook (PostgreSQL 15 and later; from _PG_init
- * before) and the table is attached in shmem_startup_hook; both hooks chain
+ * requested from shmem_request_hook and the table is attached in
+ * shmem_startup_hook; both hooks chain
  * to the previous ones.  Counters live in memory only and start from zero
  * when the server starts.
  *
@@ -396,35 +396,15 @@ Datum
 idem_stats(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	TupleDesc	tupdesc;
-	Tuplestorestate *tupstore;
-	MemoryContext oldcxt;
 	HASH_SEQ_STATUS status;
 	IdemStatsEntry *entry;
 
 	StatsCheckAvailable();
 
-	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("set-valued function called in context that cannot accept a set")));
-	if (!(rsinfo->allowedModes & SFRM_Materialize))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("materialize mode required, but it is not allowed in this context")));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	if (tupdesc->natts != IDEM_STATS_COLS)
+	InitMaterializedSRF(fcinfo, 0);
+	if (rsinfo->setDesc->natts != IDEM_STATS_COLS)
 		elog(ERROR, "idem_stats() returns %d columns, expected %d",
-			 tupdesc->natts, IDEM_STATS_COLS);
-
-	oldcxt = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
-	tupdesc = CreateTupleDescCopy(tupdesc);
-	tupstore = tuplestore_begin_heap(true, false, work_mem);
-	rsinfo->returnMode = SFRM_Materialize;
-	rsinfo->setResult = tupstore;
-	rsinfo->setDesc = tupdesc;
-	MemoryContextSwitchTo(oldcxt);
+			 rsinfo->setDesc->natts, IDEM_STATS_COLS);
 
 	LWLockAcquire(idem_stats_shared->lock, LW_SHARED);
 	hash_seq_init(&status, idem_stats_hash);
@@ -452,7 +432,7 @@ idem_stats(PG_FUNCTION_ARGS)
 			values[i + 1] = Int64GetDatum(counts[i]);
 		values[IDEM_NUM_COUNTERS + 1] = TimestampTzGetDatum(entry->since);
 
-		tuplestore_putvalues(tupstore, tupdesc, values, nulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(idem_stats_shared->lock);
 

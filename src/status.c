@@ -11,8 +11,8 @@
  * With shared_preload_libraries = 'idempotency', a fixed array of
  * IDEM_STATUS_MAX_DATABASES entries, one per database a worker has
  * maintained since the server started, and the launcher's next round.
- * Space is requested from shmem_request_hook (PostgreSQL 15 and later;
- * from _PG_init before) and attached in shmem_startup_hook, both chained
+ * Space is requested from shmem_request_hook and attached in
+ * shmem_startup_hook, both chained
  * to the previous hooks, as stats.c does.  Nothing is kept across
  * restarts.
  *

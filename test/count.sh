@@ -32,37 +32,49 @@ result() {
 # One pg_regress or pg_isolation_regress run: GROUP LOG STATUS FILES.
 # Up to PostgreSQL 15 a test prints "test x ... ok" (or "     x ... FAILED"
 # in a parallel group); from 16 on "ok 1 - x  12 ms" / "not ok 2 + x".
-# "skipped x: why" is what make installcheck-regress prints for a test this
-# server cannot run.  FILES is how many tests the group has: fewer reported
-# means the driver stopped early.
+# "skipped x: why" (test/run.sh adds it for a test that skipped itself)
+# makes test x count as skipped, not passed; a failed test still fails.
+# FILES is how many tests the group has: fewer reported means the driver
+# stopped early.
 count_regress() {
-	local group=$1 log=$2 rc=$3 files=$4 line n=0 n_failed=0
+	local group=$1 log=$2 rc=$3 files=$4 line name n=0 n_failed=0
 	local re_old='^(test[[:space:]]+)?([^[:space:]]+)[[:space:]]+\.\.\.[[:space:]]+(ok|FAILED|failed)'
 	local re_new='^(not[[:space:]]+)?ok[[:space:]]+[0-9]+[[:space:]]+[-+][[:space:]]+([^[:space:]]+)'
 	local re_skip='^skipped ([^:]+): (.*)$'
+	local -A why=() seen=()
+	while IFS= read -r line; do
+		[[ $line =~ $re_skip ]] && why[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+	done <"$log"
 	while IFS= read -r line; do
 		line=${line#"${line%%[![:space:]]*}"}
+		local ok=
 		if [[ $line =~ $re_old ]]; then
-			n=$((n + 1))
-			if [ "${BASH_REMATCH[3]}" = ok ]; then
-				result "$group/${BASH_REMATCH[2]}" 0
-			else
-				result "$group/${BASH_REMATCH[2]}" 1
-				n_failed=$((n_failed + 1))
-			fi
+			name=${BASH_REMATCH[2]}
+			[ "${BASH_REMATCH[3]}" = ok ] && ok=1 || ok=0
 		elif [[ $line =~ $re_new ]]; then
-			n=$((n + 1))
-			if [ -z "${BASH_REMATCH[1]}" ]; then
-				result "$group/${BASH_REMATCH[2]}" 0
-			else
-				result "$group/${BASH_REMATCH[2]}" 1
-				n_failed=$((n_failed + 1))
-			fi
-		elif [[ $line =~ $re_skip ]]; then
-			n=$((n + 1))
-			result "$group/${BASH_REMATCH[1]}" skip "${BASH_REMATCH[2]}"
+			name=${BASH_REMATCH[2]}
+			[ -z "${BASH_REMATCH[1]}" ] && ok=1 || ok=0
+		else
+			continue
+		fi
+		n=$((n + 1))
+		seen[$name]=1
+		if [ "$ok" = 0 ]; then
+			result "$group/$name" 1
+			n_failed=$((n_failed + 1))
+		elif [ -n "${why[$name]+x}" ]; then
+			result "$group/$name" skip "${why[$name]}"
+		else
+			result "$group/$name" 0
 		fi
 	done <"$log"
+	# a test named as skipped that the driver did not report at all
+	for name in "${!why[@]}"; do
+		if [ -z "${seen[$name]+x}" ]; then
+			n=$((n + 1))
+			result "$group/$name" skip "${why[$name]}"
+		fi
+	done
 	group_verdict "$group" "$n" "$n" "$files" tests "$rc" "$n_failed"
 }
 

@@ -5,12 +5,13 @@
 # (apt-get), builds with -Werror, installs, and starts a throwaway cluster,
 # first WITHOUT the library preloaded, as packagers run `make installcheck`
 # (pg_buildext installcheck, PGXN testers):
-#   stock/regress     make installcheck-regress    (test/sql, test/expected;
-#                     the tests of REGRESS_PRELOADED are named as skipped)
-#   stock/isolation   make installcheck-isolation  (test/specs)
+#   stock/regress     make installcheck ISOLATION=   (sql/, expected/; the
+#                     tests that need preloading print "skipped: why" and
+#                     count as skipped)
+#   stock/isolation   make installcheck REGRESS=     (specs/, expected/)
 # then restarts it with shared_preload_libraries = 'idempotency':
-#   regress           make installcheck-regress PRELOADED=yes (every test)
-#   isolation         make installcheck-isolation
+#   regress           the same, where a test that skips itself fails
+#   isolation         the same
 #   script/NAME       test/scripts/NAME.sh against that cluster (storms,
 #                     cross-checks, examples); exit 77 means skipped, the
 #                     script's last line saying why
@@ -71,13 +72,35 @@ run_make() {
 	return "$rc"
 }
 
-# One PGXS installcheck target over the running cluster
+# The tests of the last regress run that skipped themselves: a line
+# "skipped NAME: why" each, from the "skipped: why" line of their results
+regress_skips() {
+	local f
+	shopt -s nullglob
+	for f in "$IDEM_SRC"/results/*.out; do
+		sed -n "s/^skipped: \(.*\)$/skipped $(basename "$f" .out): \1/p" "$f" | head -n 1
+	done
+	shopt -u nullglob
+}
+
+# make installcheck over the running cluster, for one kind of test.  With
+# skips=fail (a preloading server) a test that skipped itself fails.
 run_regress() {
-	local group=$1 target=$2 files=$3 diffs=$4 rc=0
+	local group=$1 files=$2 diffs=$3 skips=$4 rc=0 line
 	shift 4
-	echo "== $group: make $target $*"
+	echo "== $group: make installcheck $*"
 	local log=$IDEM_WORK/${group//\//-}.log
-	run_make "$log" "$target" "$@" || rc=$?
+	as_test_user rm -rf "$IDEM_SRC/results"
+	run_make "$log" installcheck "$@" || rc=$?
+	while IFS= read -r line; do
+		[ -n "$line" ] || continue
+		if [ "$skips" = fail ]; then
+			echo "$line (on a server that preloads the library)"
+			result "$group/${line#skipped }" 1
+		else
+			echo "$line" | tee -a "$log"
+		fi
+	done < <(regress_skips)
 	count_regress "$group" "$log" "$rc" "$files"
 	if [ -s "$IDEM_SRC/$diffs" ]; then
 		echo "== $group: $diffs"
@@ -87,18 +110,18 @@ run_regress() {
 	fi
 }
 
-# Both installcheck groups against the cluster as it runs now
+# Both installcheck groups against the cluster as it runs now; skips says
+# what a test that skips itself counts as (skip, or fail)
 run_installcheck() {
-	local prefix=$1 n_sql n_spec
-	shift
-	n_sql=$(find "$IDEM_SRC/test/sql" -maxdepth 1 -name '*.sql' | wc -l)
-	n_spec=$(find "$IDEM_SRC/test/specs" -maxdepth 1 -name '*.spec' | wc -l)
+	local prefix=$1 skips=$2 n_sql n_spec
+	n_sql=$(find "$IDEM_SRC/sql" -maxdepth 1 -name '*.sql' | wc -l)
+	n_spec=$(find "$IDEM_SRC/specs" -maxdepth 1 -name '*.spec' | wc -l)
 	if [ "$only" = all ] || [ "$only" = regress ]; then
-		run_regress "${prefix}regress" installcheck-regress "$n_sql" regression.diffs "$@"
+		run_regress "${prefix}regress" "$n_sql" regression.diffs "$skips" ISOLATION=
 	fi
 	if [ "$only" = all ] || [ "$only" = isolation ]; then
-		run_regress "${prefix}isolation" installcheck-isolation "$n_spec" \
-			output_iso/regression.diffs "$@"
+		run_regress "${prefix}isolation" "$n_spec" output_iso/regression.diffs \
+			"$skips" REGRESS=
 	fi
 }
 
@@ -165,13 +188,14 @@ case "$only" in
 		;;
 esac
 
-# As packagers run it: the library is not preloaded, make asks the server
-run_installcheck stock/
+# As packagers run it: the library is not preloaded, and the tests that
+# need it skip themselves
+run_installcheck stock/ skip
 if [ "$only" != tap ]; then
 	idem_restart_cluster "shared_preload_libraries = 'idempotency'"
 fi
 # Preloaded: every test runs, and a server that lost the setting fails them
-run_installcheck "" PRELOADED=yes
+run_installcheck "" fail
 if [ "$only" = all ] || [ "$only" = scripts ]; then
 	run_scripts
 fi

@@ -103,16 +103,16 @@ if [ -f "$zip" ]; then
 	outside=$(grep -v "^idempotency-$version/" "$tmp/list" || true)
 	[ -z "$outside" ] && ok "every file is under idempotency-$version/" || fail "files outside idempotency-$version/: $outside"
 	for f in META.json LICENSE README.md Makefile idempotency.control \
-		sql/idempotency--0.1.0.sql sql/idempotency--0.1.0--"$version".sql $provided; do
+		idempotency--0.1.0.sql idempotency--0.1.0--"$version".sql $provided; do
 		grep -qx "idempotency-$version/$f" "$tmp/list" && ok "the zip has $f" || fail "the zip lacks $f"
 	done
-	grep -qx "idempotency-$version/sql/idempotency--$version.sql" "$tmp/list" &&
-		fail "the zip holds the generated sql/idempotency--$version.sql" ||
+	grep -qx "idempotency-$version/idempotency--$version.sql" "$tmp/list" &&
+		fail "the zip holds the generated idempotency--$version.sql" ||
 		ok "the zip holds no generated install script"
 	(cd "$tmp" && python3 -m zipfile -e "$zip" unpacked)
 	if make -s -C "$tmp/unpacked/idempotency-$version" PG_CONFIG="$pgc" \
-		"sql/idempotency--$version.sql" >"$tmp/build.log" 2>&1 &&
-		cmp -s "$tmp/unpacked/idempotency-$version/sql/idempotency--$version.sql" "sql/idempotency--$version.sql"; then
+		"idempotency--$version.sql" >"$tmp/build.log" 2>&1 &&
+		cmp -s "$tmp/unpacked/idempotency-$version/idempotency--$version.sql" "idempotency--$version.sql"; then
 		ok "the unpacked zip builds the same install script of $version"
 	else
 		cat "$tmp/build.log"

@@ -57,6 +57,17 @@ echo "skipped keys: the server does not preload idempotency" >>"$tmp/17ok.log"
 count_regress regress "$tmp/17ok.log" 0 4
 expect "pg_regress 17 green, one skipped" 3 0 1
 
+# a test that ran and skipped itself (its output says "skipped: why",
+# test/run.sh names it) counts as skipped, not as passed
+cat >"$tmp/self.log" <<'EOF'
+ok 1         - bad_input                                  21 ms
+ok 2         - stats                                       5 ms
+1..2
+skipped stats: the server does not preload idempotency
+EOF
+count_regress regress "$tmp/self.log" 0 2
+expect "pg_regress: a test that skipped itself" 1 0 1
+
 # a group that printed nothing a version's parser knows
 printf '%s\n' '+++ regress install-check in  +++' 'some new format: bad_input passed' >"$tmp/none.log"
 count_regress regress "$tmp/none.log" 0 4

@@ -1,6 +1,6 @@
 # Reconcilers that no role can turn against the cluster, where the worker
 # or several login roles are needed (the one-session attacks are in
-# test/sql/reconcilers.sql).  The worker runs a superuser's reconciler that
+# sql/reconcilers.sql).  The worker runs a superuser's reconciler that
 # calls idem_release without a schema: search_path planted through the
 # database (by a non-superuser database owner) and through the worker's
 # role must not run the attacker's idem_release; nor must a role setting of

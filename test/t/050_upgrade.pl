@@ -5,7 +5,7 @@
 # ALTER EXTENSION idempotency UPDATE, never a crash.
 #
 # The records are written as release 0.1.0 wrote them, column for column,
-# into the table its install script (sql/idempotency--0.1.0.sql, kept as
+# into the table its install script (idempotency--0.1.0.sql, kept as
 # released) created: this library cannot write them itself, since it refuses
 # the older table, and 0.1.0's library is not installed next to it.
 use strict;

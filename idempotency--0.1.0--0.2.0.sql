@@ -1,13 +1,13 @@
 -- idempotency 0.1.0 -> 0.2.0: run by ALTER EXTENSION idempotency UPDATE.
 --
 -- Every catalog change of release 0.2.0 goes here, and the same change goes
--- into sql/install/*.sql, so that a database updated from 0.1.0 and one
+-- into idempotency.sql, so that a database updated from 0.1.0 and one
 -- created at 0.2.0 hold the same objects (test/t checks both).  Records and
 -- reconcilers stay as they are, with their meaning.
 
 \echo Use "ALTER EXTENSION idempotency UPDATE TO '0.2.0'" to load this file. \quit
 
--- sql/install/35_monitoring.sql: the views idem_worker_status and idem_backlog
+-- Monitoring: the views idem_worker_status and idem_backlog
 
 CREATE FUNCTION @extschema@.idem_worker_status(
 	OUT datid oid,
@@ -150,12 +150,12 @@ ALTER TABLE @extschema@.idem_keys
 	ADD CONSTRAINT idem_keys_status_check
 		CHECK (status OPERATOR(pg_catalog.=) ANY ('{processing,completed,stuck}'::pg_catalog.text[]));
 
--- sql/install/20_maintenance.sql: idem_keys_processing_idx, through which
+-- Maintenance: idem_keys_processing_idx, through which
 -- stuck detection reads only processing records instead of the whole table
 CREATE INDEX idem_keys_processing_idx ON @extschema@.idem_keys (created_at)
 	WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text;
 
--- Scale-out on Citus: the set-up call (sql/install/50_citus.sql)
+-- Scale-out on Citus: the set-up call (idempotency.sql, "Citus")
 CREATE FUNCTION @extschema@.idem_distribute(colocate_with regclass)
 RETURNS void
 LANGUAGE plpgsql
