@@ -119,10 +119,17 @@ debroot_make() {
 		echo "$base"
 		return 0
 	fi
-	command -v debootstrap >/dev/null || {
-		echo "debroot: debootstrap is not installed (apt-get install debootstrap)" >&2
-		return 1
-	}
+	# the one package a root needs on this machine, installed as the suite
+	# installs its own (this machine's apt sources are not touched)
+	if ! command -v debootstrap >/dev/null; then
+		echo "debroot: installing debootstrap" >&2
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2 &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+				debootstrap >&2 || {
+			echo "debroot: could not install debootstrap" >&2
+			return 1
+		}
+	fi
 	rm -rf "$dir"
 	mkdir -p "$dir/apt-archives/partial"
 	echo "debroot: making $name ($suite) in $base" >&2
