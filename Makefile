@@ -40,6 +40,7 @@ DATA = \
 REGRESS = \
 	bad_input \
 	canonical \
+	clock_times \
 	distribute \
 	handler_builtin \
 	key_lock \

@@ -6,7 +6,7 @@ SET idempotency.processing_timeout = '5min';
 -- A fresh key is new; the caller owns it in this transaction
 BEGIN;
 SELECT outcome, http_status, response_status, response, resource_id,
-       recovery_point, expires_at - statement_timestamp() AS ttl
+       recovery_point, date_trunc('second', expires_at - statement_timestamp()) AS ttl
 FROM idem_reserve('create-payment', 'k1', '{"amount": 100, "currency": "BRL"}');
 -- Reserving again in the same transaction: in_progress, not a second owner
 SELECT outcome, http_status FROM idem_reserve('create-payment', 'k1', '{"amount": 100, "currency": "BRL"}');
@@ -83,14 +83,14 @@ ROLLBACK;
 SELECT status FROM idem_lookup('create-payment', 'r1');
 
 -- Expiry: a completed record past expires_at is gone, even before the sweeper
-SELECT outcome, expires_at - now() AS ttl
+SELECT outcome, date_trunc('second', expires_at - now()) AS ttl
 FROM idem_reserve('create-payment', 'e1', '{"amount": 7}', ttl => '1 hour');
 SELECT idem_complete('create-payment', 'e1', '{"id": "pay_e1"}', 201, 'pay_e1');
 UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE key = 'e1';
 SELECT count(*) FROM idem_lookup('create-payment', 'e1');
 SELECT count(*) FROM idem_keys WHERE key = 'e1';
 -- Expired records match no fingerprint either: the retry runs again
-SELECT outcome, http_status, response, expires_at - now() AS ttl
+SELECT outcome, http_status, response, date_trunc('second', expires_at - now()) AS ttl
 FROM idem_reserve('create-payment', 'e1', '{"amount": 8}');
 SELECT status, response, resource_id, recovery_point FROM idem_lookup('create-payment', 'e1');
 SELECT count(*) FROM idem_keys WHERE key = 'e1';
@@ -109,14 +109,15 @@ SELECT outcome FROM idem_reserve('tiny', 't1', ttl => '10 milliseconds');
 SELECT idem_complete('tiny', 't1');
 SELECT pg_sleep(0.05);
 SELECT outcome FROM idem_reserve('tiny', 't1');
--- Times are statement times and a ttl counts from the completion: a key
--- reserved late in a long transaction and completed later still replays
--- right after the commit
+-- Times are clock times of the call and a ttl counts from the completion:
+-- a key reserved late in a long transaction and completed later still
+-- replays right after the commit (clock_times tests messages, blocks and
+-- idem_call handlers)
 BEGIN;
 SELECT pg_sleep(1.1);
-SELECT outcome, expires_at - statement_timestamp() AS ttl
+SELECT outcome, date_trunc('second', expires_at - statement_timestamp()) AS ttl
 FROM idem_reserve('tiny', 'late-commit', ttl => '1 second');
-SELECT created_at - now() >= interval '1.1 seconds' AS created_at_statement_time
+SELECT created_at - now() >= interval '1.1 seconds' AS created_at_call_time
 FROM idem_lookup('tiny', 'late-commit');
 SELECT pg_sleep(1.1);
 SELECT idem_complete('tiny', 'late-commit');
@@ -126,7 +127,7 @@ COMMIT;
 SELECT outcome FROM idem_reserve('tiny', 'late-commit');
 -- default_ttl applies when ttl is NULL
 SET idempotency.default_ttl = '7d';
-SELECT outcome, expires_at - now() AS ttl FROM idem_reserve('tiny', 't2');
+SELECT outcome, date_trunc('second', expires_at - now()) AS ttl FROM idem_reserve('tiny', 't2');
 RESET idempotency.default_ttl;
 SHOW idempotency.default_ttl;
 SHOW idempotency.processing_timeout;

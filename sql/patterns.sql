@@ -116,11 +116,11 @@ SELECT status, response_status, response FROM idem_lookup('pat-echo', 'n3');
 -- Scopes and ttl
 SELECT idem_call('pat-pay', 'c1', '{"order": "o1", "amount": 100}', 'pat_pay(jsonb)',
                  scope => 'account-2', ttl => '1 hour');
-SELECT scope, expires_at - created_at AS ttl FROM idem_keys WHERE operation LIKE 'pat-%' AND key = 'c1' ORDER BY scope;
+SELECT scope, expires_at - updated_at AS ttl FROM idem_keys WHERE operation LIKE 'pat-%' AND key = 'c1' ORDER BY scope;
 SELECT count(*) FROM pat_payments;
 SET idempotency.default_ttl = '2d';
 SELECT idem_call('pat-echo', 't1', '{}', 'pat_echo(jsonb)');
-SELECT expires_at - created_at AS ttl FROM idem_lookup('pat-echo', 't1');
+SELECT expires_at - updated_at AS ttl FROM idem_lookup('pat-echo', 't1');
 RESET idempotency.default_ttl;
 -- An expired record is gone: the handler runs again
 UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE operation LIKE 'pat-%' AND key = 't1';
@@ -263,7 +263,7 @@ SELECT idem_consume('pat-orders', 'm1');
 SELECT idem_consume('pat-orders', 'm1', wait => false);
 -- The record: reserved scope, operation = consumer, key = message_id
 SELECT scope, operation, key, request_hash, status, response_status, response,
-       expires_at - created_at AS ttl
+       expires_at - updated_at AS ttl
 FROM idem_keys WHERE scope = 'idem:consume';
 -- Another consumer, and idem_reserve's keys, are separate namespaces
 SELECT idem_consume('pat-billing', 'm1');
@@ -303,13 +303,13 @@ SELECT idem_consume('pat-orders', 'm4');
 
 -- The ttl is the de-duplication window; after it the message is new again
 SELECT idem_consume('pat-orders', 'm5', ttl => '1 hour');
-SELECT expires_at - created_at AS ttl FROM idem_keys WHERE operation LIKE 'pat-%' AND key = 'm5';
+SELECT expires_at - updated_at AS ttl FROM idem_keys WHERE operation LIKE 'pat-%' AND key = 'm5';
 UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE operation LIKE 'pat-%' AND key = 'm5';
 SELECT idem_consume('pat-orders', 'm5');
-SELECT expires_at - created_at AS ttl FROM idem_keys WHERE operation LIKE 'pat-%' AND key = 'm5';
+SELECT expires_at - updated_at AS ttl FROM idem_keys WHERE operation LIKE 'pat-%' AND key = 'm5';
 SET idempotency.default_ttl = '7d';
 SELECT idem_consume('pat-orders', 'm6');
-SELECT expires_at - created_at AS ttl FROM idem_keys WHERE operation LIKE 'pat-%' AND key = 'm6';
+SELECT expires_at - updated_at AS ttl FROM idem_keys WHERE operation LIKE 'pat-%' AND key = 'm6';
 RESET idempotency.default_ttl;
 
 -- A consumer that applies an effect once per message

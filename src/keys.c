@@ -35,9 +35,13 @@
  * collides with the application's advisory locks; held only during one
  * call, it lets a transaction reserve any number of keys.
  *
- * Times are statement times (statement_timestamp()): a record is created
- * then, and a completed record expires its ttl after its completion.
- * updated_at, the heartbeat, is the clock time of the last write.
+ * Times are clock times of the call (GetCurrentTimestamp(), as
+ * clock_timestamp()), never the start of the statement, the client's message
+ * or the transaction: a record is created when idem_reserve runs, updated_at
+ * (the heartbeat) is the time of the last write, and a completion sets
+ * expires_at to the time idem_complete runs plus the ttl.  A procedure, a
+ * PL/pgSQL block, an idem_call handler or a message of many statements that
+ * runs longer than the ttl before completing so still commits a live record.
  *
  *-------------------------------------------------------------------------
  */
@@ -98,7 +102,7 @@ typedef struct KeyRequest
 	text	   *key;
 	bytea	   *hash;			/* fingerprint, NULL without a request */
 	Interval   *ttl;			/* never NULL: the default filled in */
-	TimestampTz now;			/* the statement's time */
+	TimestampTz now;			/* the clock time of the call */
 	TimestampTz expires_at;
 	int			flags;			/* IDEM_RESERVE_* */
 } KeyRequest;
@@ -291,11 +295,11 @@ IdemFunctionNamespace(FunctionCallInfo fcinfo)
 	return GetFnCache(fcinfo)->nspid;
 }
 
-/* The time the calls of this statement count from */
+/* The time a call counts from: the clock, not the statement's start */
 static TimestampTz
-StatementTime(void)
+CallTime(void)
 {
-	return GetCurrentStatementStartTimestamp();
+	return GetCurrentTimestamp();
 }
 
 /* A ttl argument checked, or idempotency.default_ttl when NULL */
@@ -425,7 +429,7 @@ ClaimKey(IdemTable *table, KeySight sight, IdemRecord *rec, KeyRequest *req)
 	IdemRowSet(&row, COL_RESOURCE_ID, (Datum) 0, true);
 	IdemRowSet(&row, COL_RECOVERY_POINT, (Datum) 0, true);
 	IdemRowSet(&row, COL_CREATED_AT, TimestampTzGetDatum(req->now), false);
-	IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(req->now), false);
 	IdemRowSet(&row, COL_EXPIRES_AT, TimestampTzGetDatum(req->expires_at), false);
 	IdemRowSet(&row, COL_TTL, IntervalPGetDatum(req->ttl), false);
 
@@ -578,7 +582,7 @@ Reserve(Oid nspid, text *scope, text *operation, text *key, Jsonb *request,
 	req.operation = operation;
 	req.key = key;
 	req.hash = request ? IdemHashJsonb(request) : NULL;
-	req.now = StatementTime();
+	req.now = CallTime();
 	req.ttl = EffectiveTtl(ttl, req.now);
 	req.expires_at = AddTtl(req.now, req.ttl);
 	req.flags = flags;
@@ -692,7 +696,7 @@ LockLiveRecord(IdemWriter *w, LockTupleMode mode, KeyAction action,
 {
 	for (;;)
 	{
-		switch (LookAtKey(w->table, scope, operation, key, StatementTime(), rec))
+		switch (LookAtKey(w->table, scope, operation, key, CallTime(), rec))
 		{
 			case SIGHT_ABSENT:
 			case SIGHT_EXPIRED:
@@ -723,6 +727,7 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 	IdemTable	table;
 	IdemWriter	w;
 	IdemRecord	rec;
+	TimestampTz now;
 
 	IdemRecordsOpen(nspid, scope, RowExclusiveLock, &table);
 	IdemRecordsCheckReadable(&table);
@@ -733,11 +738,11 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 						key, &rec))
 		ReportNotReserved(action, scope, operation, key);
 
-	IdemRowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(GetCurrentTimestamp()), false);
+	/* Read after the wait for the row: a completion counts from its write */
+	now = CallTime();
+	IdemRowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
 	if (action == ACTION_COMPLETE)
 	{
-		TimestampTz now = StatementTime();
-
 		IdemRowSet(row, COL_EXPIRES_AT,
 				   TimestampTzGetDatum(AddTtl(now, rec.ttl ? rec.ttl : EffectiveTtl(NULL, now))),
 				   false);
@@ -956,7 +961,7 @@ idem_lookup(PG_FUNCTION_ARGS)
 		IdemRecordsCheckReadable(&table);
 		row = palloc(sizeof(Datum));
 		if (IdemRecordsFetch(&table, GetActiveSnapshot(), scope, operation, key, &rec, row) &&
-			!IsExpired(&rec, StatementTime()))
+			!IsExpired(&rec, CallTime()))
 		{
 			funcctx->user_fctx = row;
 			funcctx->max_calls = 1;
