@@ -62,33 +62,37 @@ GRANT SELECT ON @extschema@.idem_worker_status TO pg_read_all_stats;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_worker_status() TO pg_read_all_stats;
 
 -- idem_keys.ttl: the ttl given at reservation, from which idem_complete now
--- computes expires_at (completion time + ttl).  A 0.1.0 record that is still
--- processing or stuck gets the ttl it was reserved with (expires_at -
--- created_at); a completed one keeps its expires_at and needs none.
+-- computes expires_at (completion time + ttl).  The records of 0.1.0 keep
+-- a NULL ttl: this script writes no row of a table whose owner, or a role
+-- granted TRIGGER, may have given it triggers, rules or policies, which
+-- would run as the superuser updating.  For a record without a ttl, the
+-- library counts the one it was reserved with, expires_at - created_at.
 ALTER TABLE @extschema@.idem_keys ADD COLUMN ttl interval;
-UPDATE @extschema@.idem_keys SET ttl = expires_at OPERATOR(pg_catalog.-) created_at
-WHERE status OPERATOR(pg_catalog.<>) 'completed'::pg_catalog.text;
 
 -- idem_reconcilers: the registrar is recorded, and a trigger replaces the
 -- CHECK that called pg_has_role() (a CHECK must not depend on who runs
 -- it).  A 0.1.0 row was written by a member of run_as, and was run as
--- run_as: its registrar is run_as, so it keeps running as before.  Its
--- handler stays the text signature it was; one that no longer names a
--- function is kept, reported here, and skipped with a WARNING at each
--- maintenance pass until it is registered again or removed.
+-- run_as: its registrar is run_as, so it keeps running as before.  No row
+-- is written for that (see ttl above): the column is added with the
+-- constant 0 (no role) in the rows there are, without a rewrite, and the
+-- library takes a registrar 0 for run_as.  Its handler stays the text
+-- signature it was; one that no longer names a function is kept, reported
+-- here, and skipped with a WARNING at each maintenance pass until it is
+-- registered again or removed.
 ALTER TABLE @extschema@.idem_reconcilers
 	DROP CONSTRAINT idem_reconcilers_run_as_check;
-ALTER TABLE @extschema@.idem_reconcilers ADD COLUMN registered_by regrole;
-UPDATE @extschema@.idem_reconcilers SET registered_by = run_as;
-ALTER TABLE @extschema@.idem_reconcilers ALTER COLUMN registered_by SET NOT NULL;
+ALTER TABLE @extschema@.idem_reconcilers
+	ADD COLUMN registered_by regrole NOT NULL
+		DEFAULT 0::pg_catalog.oid::pg_catalog.regrole;
+ALTER TABLE @extschema@.idem_reconcilers ALTER COLUMN registered_by DROP DEFAULT;
 
 COMMENT ON TABLE @extschema@.idem_reconcilers IS
 	'reconciler of each operation (see idem_set_reconciler): handler is the function''s signature, run_as the role it runs as, registered_by the role that wrote the row';
 
 DO $$
 DECLARE
-	r record;
-	found boolean;
+	r pg_catalog.record;
+	found pg_catalog.bool;
 BEGIN
 	FOR r IN SELECT operation, handler FROM @extschema@.idem_reconcilers ORDER BY operation
 	LOOP

@@ -30,7 +30,8 @@ CREATE TABLE @extschema@.idem_keys (
 	updated_at		timestamptz	NOT NULL DEFAULT pg_catalog.now(),
 	expires_at		timestamptz	NOT NULL,
 	-- the ttl given at reservation: completion sets expires_at to its time
-	-- plus ttl (NULL, in a row written by hand: idempotency.default_ttl)
+	-- plus ttl (NULL, in a record of 0.1.0 or one written by hand:
+	-- expires_at - created_at, or idempotency.default_ttl if not positive)
 	ttl				interval,
 	CONSTRAINT idem_keys_pkey PRIMARY KEY (scope, operation, key)
 ) WITH (fillfactor = 90);
@@ -148,7 +149,8 @@ CREATE INDEX idem_keys_processing_idx ON @extschema@.idem_keys (created_at)
 -- pg_upgrade of the whole cluster.  The trigger below checks every row
 -- written, through idem_set_reconciler or by hand: handler must be a
 -- reconciler's signature (stored schema-qualified), the writer must be
--- able to become run_as, and registered_by becomes the writer.  Maintenance
+-- able to become run_as, and registered_by becomes the writer (0, no role,
+-- only in a row registered by 0.1.0: run_as registered it).  Maintenance
 -- checks all of it again before each call (src/maintenance.c), so that
 -- rights revoked and functions changed since the write take effect.
 CREATE TABLE @extschema@.idem_reconcilers (
@@ -485,18 +487,18 @@ COMMENT ON FUNCTION @extschema@.idem_distribute(regclass) IS
 -- are in the README.
 DO $$
 DECLARE
-	f regprocedure;
+	f pg_catalog.regprocedure;
 BEGIN
 	FOR f IN
-		SELECT p.oid::regprocedure
+		SELECT p.oid::pg_catalog.regprocedure
 		FROM pg_catalog.pg_proc p
 		JOIN pg_catalog.pg_depend d
-		  ON d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-		 AND d.objid = p.oid
-		 AND d.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass
-		 AND d.deptype = 'e'
-		JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid
-		WHERE e.extname = 'idempotency'
+		  ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+		 AND d.objid OPERATOR(pg_catalog.=) p.oid
+		 AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+		 AND d.deptype OPERATOR(pg_catalog.=) 'e'::pg_catalog."char"
+		JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid
+		WHERE e.extname OPERATOR(pg_catalog.=) 'idempotency'::pg_catalog.name
 	LOOP
 		EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM PUBLIC', f);
 	END LOOP;

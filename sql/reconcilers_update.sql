@@ -1,5 +1,6 @@
 -- ALTER EXTENSION idempotency UPDATE from 0.1.0 keeps every reconciler with
--- its meaning: it still runs as its role, its registrar is that role, and
+-- its meaning: it still runs as its role, its registrar is left as 0 (the
+-- update writes no row), which stands for that role, and
 -- one whose function was dropped is kept, reported, and skipped until it is
 -- registered again.  Run in a database of its own.
 \set orig_db :DBNAME

@@ -326,6 +326,25 @@ EffectiveTtl(Interval *ttl, TimestampTz now)
 	return ttl;
 }
 
+/*
+ * The ttl a completion of rec counts from: the one given at reservation.
+ * A record without one (reserved by release 0.1.0, whose update leaves its
+ * rows alone, or written by hand) was reserved until expires_at, so its
+ * ttl is expires_at - created_at, as 0.1.0 computed it; only where that
+ * is not positive, idempotency.default_ttl.
+ */
+static Interval *
+RecordTtl(const IdemRecord *rec, TimestampTz now)
+{
+	if (rec->ttl != NULL)
+		return rec->ttl;
+	if (rec->expires_at > rec->created_at)
+		return DatumGetIntervalP(DirectFunctionCall2(timestamp_mi,
+													 TimestampTzGetDatum(rec->expires_at),
+													 TimestampTzGetDatum(rec->created_at)));
+	return EffectiveTtl(NULL, now);
+}
+
 /* when + ttl */
 static TimestampTz
 AddTtl(TimestampTz when, Interval *ttl)
@@ -744,7 +763,7 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 	if (action == ACTION_COMPLETE)
 	{
 		IdemRowSet(row, COL_EXPIRES_AT,
-				   TimestampTzGetDatum(AddTtl(now, rec.ttl ? rec.ttl : EffectiveTtl(NULL, now))),
+				   TimestampTzGetDatum(AddTtl(now, RecordTtl(&rec, now))),
 				   false);
 	}
 	(void) IdemRecordsUpdate(&w, row, true);

@@ -110,6 +110,14 @@ ReconcilerRunnable(const IdemReconciler *rc, Oid handler, Oid rowtype)
 	Oid			owner;
 	Oid			tempns;
 	Oid			temptoastns;
+	Oid			registered_by = rc->registered_by;
+
+	/*
+	 * No role (0): a row registered by release 0.1.0, whose update leaves
+	 * the rows alone; 0.1.0 let only members of run_as register it.
+	 */
+	if (!OidIsValid(registered_by))
+		registered_by = rc->run_as;
 
 	run_as = GetUserNameFromId(rc->run_as, true);
 	if (run_as == NULL)
@@ -123,7 +131,7 @@ ReconcilerRunnable(const IdemReconciler *rc, Oid handler, Oid rowtype)
 				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
 		return false;
 	}
-	registrar = GetUserNameFromId(rc->registered_by, true);
+	registrar = GetUserNameFromId(registered_by, true);
 	if (registrar == NULL)
 	{
 		ereport(WARNING,
@@ -131,11 +139,11 @@ ReconcilerRunnable(const IdemReconciler *rc, Oid handler, Oid rowtype)
 				 errmsg("reconciler %s of operation \"%s\" was skipped",
 						rc->handler, op),
 				 errdetail("The role that registered it, with OID %u, no longer exists.",
-						   rc->registered_by),
+						   registered_by),
 				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
 		return false;
 	}
-	if (!IdemCanActAs(rc->registered_by, rc->run_as))
+	if (!IdemCanActAs(registered_by, rc->run_as))
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
