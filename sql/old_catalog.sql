@@ -39,7 +39,9 @@ SELECT count(*) AS records FROM idem_keys;
 
 ALTER EXTENSION idempotency UPDATE;
 -- a completed key still replays, a processing one is still in progress and
--- kept the ttl it was reserved with, which its completion counts from
+-- kept the ttl it was reserved with, which its completion counts from (the
+-- update writes no row: its ttl stays NULL, and the library counts
+-- expires_at - created_at)
 SELECT outcome, response FROM idem_reserve('old', 'done', '{"a": 1}');
 SELECT outcome FROM idem_reserve('old', 'open');
 SELECT key, status, ttl FROM idem_keys ORDER BY key;
