@@ -123,11 +123,17 @@ CREATE TRIGGER idem_reconcilers_check
 	BEFORE INSERT OR UPDATE ON @extschema@.idem_reconcilers
 	FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_reconcilers_check();
 
+-- idem_stuck is read with its owner's rights: a security_barrier view, so
+-- that a reader's function in the WHERE clause sees only the rows it
+-- returns, never the rest of idem_keys
+ALTER VIEW @extschema@.idem_stuck SET (security_barrier = true);
+
 -- What the maintenance has not done yet, for alerts: completed records past
 -- expires_at that are not deleted yet (the sweeper's backlog), and the
 -- records of idem_stuck.  Read with the view owner's rights, so a
--- monitoring role needs no access to idem_keys itself.
-CREATE VIEW @extschema@.idem_backlog AS
+-- monitoring role needs no access to idem_keys itself; a security_barrier
+-- view, as every view over idem_keys.
+CREATE VIEW @extschema@.idem_backlog WITH (security_barrier) AS
 SELECT e.expired,
 	e.oldest_expired,
 	s.stuck,

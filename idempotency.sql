@@ -221,7 +221,10 @@ COMMENT ON FUNCTION @extschema@.idem_set_reconciler(text, regprocedure) IS
 
 -- Records whose outcome is unknown: flagged stuck, or processing for longer
 -- than idempotency.processing_timeout (idem_reserve answers stuck for both).
-CREATE VIEW @extschema@.idem_stuck AS
+-- Read with its owner's rights (idem_monitor needs no access to idem_keys),
+-- so a security_barrier view: a reader's function in the WHERE clause sees
+-- only the rows the view returns, never the rest of idem_keys.
+CREATE VIEW @extschema@.idem_stuck WITH (security_barrier) AS
 SELECT k.scope,
 	   k.operation,
 	   k.key,
@@ -373,8 +376,9 @@ GRANT EXECUTE ON FUNCTION @extschema@.idem_worker_status() TO pg_read_all_stats;
 -- What the maintenance has not done yet, for alerts: completed records past
 -- expires_at that are not deleted yet (the sweeper's backlog), and the
 -- records of idem_stuck.  Read with the view owner's rights, so a
--- monitoring role needs no access to idem_keys itself.
-CREATE VIEW @extschema@.idem_backlog AS
+-- monitoring role needs no access to idem_keys itself; a security_barrier
+-- view, as every view over idem_keys.
+CREATE VIEW @extschema@.idem_backlog WITH (security_barrier) AS
 SELECT e.expired,
 	e.oldest_expired,
 	s.stuck,

@@ -103,5 +103,44 @@ SELECT outcome FROM idem_reserve('op', 'exp-1');
 SELECT outcome FROM idem_reserve('op', 'exp-2');
 RESET ROLE;
 DELETE FROM idem_keys;
-DROP OWNED BY idem_app, idem_monitor, idem_exec_only, idem_insert_only;
-DROP ROLE idem_nobody, idem_exec_only, idem_app, idem_monitor, idem_insert_only;
+
+-- Every view over idem_keys is a security_barrier view (read with its
+-- owner's rights, none is security_invoker: idem_monitor reads idem_stuck
+-- without access to idem_keys)
+SELECT c.relname, c.reloptions
+FROM pg_class c
+JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
+WHERE c.relkind = 'v'
+ORDER BY c.relname;
+
+-- ... so a reader's cheap function in the WHERE clause of a query on
+-- idem_stuck sees only the rows the view returns: here the stuck record,
+-- never the completed or the fresh processing one
+SELECT outcome FROM idem_reserve('op', 'leak-completed', scope => 'secret');
+SELECT idem_complete('op', 'leak-completed', scope => 'secret');
+SELECT outcome FROM idem_reserve('op', 'leak-processing', scope => 'secret');
+SELECT idem_checkpoint('op', 'leak-processing', 'card 4111', scope => 'secret');
+SELECT outcome FROM idem_reserve('op', 'leak-stuck');
+UPDATE idem_keys SET status = 'stuck' WHERE key = 'leak-stuck';
+CREATE ROLE idem_stuck_reader;
+GRANT USAGE ON SCHEMA public TO idem_stuck_reader;
+GRANT SELECT ON idem_stuck TO idem_stuck_reader;
+SET ROLE idem_stuck_reader;
+CREATE FUNCTION pg_temp.leak(scope text, operation text, key text, recovery_point text)
+RETURNS boolean LANGUAGE plpgsql COST 0.0001 AS $$
+BEGIN
+	RAISE NOTICE 'seen: scope "%", operation "%", key "%", recovery point "%"',
+		scope, operation, key, recovery_point;
+	RETURN true;
+END $$;
+SELECT key FROM idem_stuck WHERE pg_temp.leak(scope, operation, key, recovery_point);
+SELECT key FROM idem_stuck s
+WHERE pg_temp.leak(s.scope, s.operation, s.key, s.recovery_point) AND s.flagged;
+SELECT count(*) FROM idem_keys;
+RESET ROLE;
+\c
+DELETE FROM idem_keys;
+DROP OWNED BY idem_app, idem_monitor, idem_exec_only, idem_insert_only, idem_stuck_reader;
+DROP ROLE idem_nobody, idem_exec_only, idem_app, idem_monitor, idem_insert_only,
+	idem_stuck_reader;
