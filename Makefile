@@ -61,6 +61,7 @@ ISOLATION = \
 	consume_wait \
 	drop_extension_race \
 	finish_after_vacuum \
+	lookup_own_record \
 	maintenance_races \
 	repeatable_read_writes \
 	reserve_concurrent \

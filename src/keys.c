@@ -955,6 +955,23 @@ idem_checkpoint(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * The snapshot idem_lookup reads with: the latest committed state and this
+ * transaction's own writes, at every isolation level, so that it answers
+ * about the record idem_reserve and idem_complete just saw and wrote, not
+ * a version that the transaction's snapshot still sees after another
+ * transaction deleted it.  A parallel query cannot take a new snapshot: it
+ * reads with its own, where IdemRecordsFetch still prefers the
+ * transaction's own version of the record.
+ */
+static Snapshot
+LookupSnapshot(void)
+{
+	if (IsInParallelMode())
+		return GetActiveSnapshot();
+	return GetLatestSnapshot();
+}
+
 /* idem_lookup(operation, key, scope) → SETOF idem_keys: the live record */
 Datum
 idem_lookup(PG_FUNCTION_ARGS)
@@ -969,6 +986,7 @@ idem_lookup(PG_FUNCTION_ARGS)
 		IdemTable	table;
 		IdemRecord	rec;
 		Datum	   *row;
+		Snapshot	snapshot;
 		MemoryContext oldcxt;
 
 		GetKeyArgs(fcinfo, 0, 1, 2, &operation, &key, &scope);
@@ -979,12 +997,14 @@ idem_lookup(PG_FUNCTION_ARGS)
 						AccessShareLock, &table);
 		IdemRecordsCheckReadable(&table);
 		row = palloc(sizeof(Datum));
-		if (IdemRecordsFetch(&table, GetActiveSnapshot(), scope, operation, key, &rec, row) &&
+		snapshot = RegisterSnapshot(LookupSnapshot());
+		if (IdemRecordsFetch(&table, snapshot, scope, operation, key, &rec, row) &&
 			!IsExpired(&rec, CallTime()))
 		{
 			funcctx->user_fctx = row;
 			funcctx->max_calls = 1;
 		}
+		UnregisterSnapshot(snapshot);
 		IdemRecordsClose(&table);
 		MemoryContextSwitchTo(oldcxt);
 	}

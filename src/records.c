@@ -705,6 +705,11 @@ IdemRecordsFromSlot(IdemTable *table, TupleTableSlot *slot, Snapshot snapshot,
  * also sees rows of transactions still in progress, as unique checks do.
  * When row_out is given, the whole row is returned there as a composite
  * datum too.
+ *
+ * An MVCC snapshot taken before another transaction deleted the key's
+ * record (a sweep, a release) still sees that version after the current
+ * transaction wrote the key again: then two versions are visible, and the
+ * current transaction's own is the record.
  */
 bool
 IdemRecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
@@ -730,6 +735,18 @@ IdemRecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found)
 	{
+		IdemRecordsFromSlot(table, slot, snapshot, rec);
+		if (row_out)
+			*row_out = ExecFetchSlotHeapTupleDatum(slot);
+	}
+	while (found && IsMVCCSnapshot(snapshot) && (rec->flags & RECORD_MINE) == 0 &&
+		   index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		xmin = slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull);
+
+		if (isnull || !TransactionIdIsCurrentTransactionId(DatumGetTransactionId(xmin)))
+			continue;
 		IdemRecordsFromSlot(table, slot, snapshot, rec);
 		if (row_out)
 			*row_out = ExecFetchSlotHeapTupleDatum(slot);
