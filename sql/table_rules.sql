@@ -63,6 +63,97 @@ ALTER TABLE idem_keys DROP CONSTRAINT rules_key_ok;
 DROP FUNCTION rules_key_ok(text);
 DELETE FROM idem_keys WHERE operation = 'rules';
 
+-- CHECK constraints and partial-index predicates are evaluated as the
+-- executor evaluates them for an INSERT: prepared in each write's own
+-- executor state, so a SQL function in them keeps no state from one write
+-- to the next.  A SQL function (not inlined: SET search_path) that raises
+-- inside a CHECK, then a savepoint rolled back, then the next write:
+CREATE FUNCTION rules_is_uuid(k text) RETURNS boolean LANGUAGE sql IMMUTABLE
+	SET search_path = pg_catalog AS $$SELECT k::uuid IS NOT NULL$$;
+ALTER TABLE idem_keys ADD CONSTRAINT rules_is_uuid CHECK (rules_is_uuid(key));
+BEGIN;
+SELECT outcome FROM idem_reserve('rules', '00000000-0000-0000-0000-000000000001');
+SAVEPOINT s;
+SELECT outcome FROM idem_reserve('rules', 'not-a-uuid');
+ROLLBACK TO s;
+SELECT outcome FROM idem_reserve('rules', '00000000-0000-0000-0000-000000000002');
+SAVEPOINT s;
+SELECT outcome FROM idem_reserve('rules', 'still-not-a-uuid');
+ROLLBACK TO s;
+SELECT idem_complete('rules', '00000000-0000-0000-0000-000000000002', '{}');
+COMMIT;
+SELECT outcome FROM idem_reserve('rules', '00000000-0000-0000-0000-000000000003');
+SELECT key, status FROM idem_keys WHERE operation = 'rules' ORDER BY key;
+ALTER TABLE idem_keys DROP CONSTRAINT rules_is_uuid;
+DROP FUNCTION rules_is_uuid(text);
+DELETE FROM idem_keys WHERE operation = 'rules';
+-- ... one that divides by zero, caught by PL/pgSQL this time
+CREATE FUNCTION rules_divides(k text) RETURNS boolean LANGUAGE sql IMMUTABLE
+	SET search_path = pg_catalog
+	AS $$SELECT 1 / (CASE WHEN k LIKE 'zero%' THEN 0 ELSE 1 END) = 1$$;
+ALTER TABLE idem_keys ADD CONSTRAINT rules_divides CHECK (rules_divides(key));
+BEGIN;
+SELECT outcome FROM idem_reserve('rules', 'd1');
+SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'zero-1')$q$);
+SELECT outcome FROM idem_reserve('rules', 'd2');
+SAVEPOINT s;
+SELECT outcome FROM idem_reserve('rules', 'zero-2');
+ROLLBACK TO s;
+SELECT outcome FROM idem_reserve('rules', 'd3');
+SELECT idem_complete('rules', 'd3', '{}');
+COMMIT;
+SELECT outcome FROM idem_reserve('rules', 'd4');
+SELECT key, status FROM idem_keys WHERE operation = 'rules' ORDER BY key;
+ALTER TABLE idem_keys DROP CONSTRAINT rules_divides;
+DELETE FROM idem_keys WHERE operation = 'rules';
+-- ... the same function in the predicate of a partial index
+CREATE INDEX rules_divides_idx ON idem_keys (key) WHERE rules_divides(key);
+BEGIN;
+SELECT outcome FROM idem_reserve('rules', 'i1');
+SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'zero-3')$q$),
+	pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'i2')$q$),
+	pg_temp.try($q$SELECT idem_complete('rules', 'i2', '{}')$q$),
+	pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'zero-4')$q$);
+COMMIT;
+SELECT outcome FROM idem_reserve('rules', 'i3');
+SELECT key, status FROM idem_keys WHERE operation = 'rules' ORDER BY key;
+DROP INDEX rules_divides_idx;
+DROP FUNCTION rules_divides(text);
+DELETE FROM idem_keys WHERE operation = 'rules';
+-- A CHECK function that itself reserves another key: each write has its
+-- own executor state, the inner one's as much as the outer one's
+CREATE FUNCTION rules_reserve_too(op text, k text) RETURNS boolean LANGUAGE sql
+	SET search_path = pg_catalog
+	AS $$SELECT op <> 'rules' OR
+		(SELECT outcome FROM public.idem_reserve('rules-inner', k)) IS NOT NULL$$;
+ALTER TABLE idem_keys ADD CONSTRAINT rules_reserve_too CHECK (rules_reserve_too(operation, key));
+SELECT outcome FROM idem_reserve('rules', 'r1');
+SELECT idem_complete('rules', 'r1', '{}');
+SELECT outcome FROM idem_reserve('rules', 'r2');
+SELECT operation, key, status FROM idem_keys WHERE operation LIKE 'rules%' ORDER BY operation, key;
+ALTER TABLE idem_keys DROP CONSTRAINT rules_reserve_too;
+DROP FUNCTION rules_reserve_too(text, text);
+DELETE FROM idem_keys WHERE operation LIKE 'rules%';
+-- An ERROR while a CHECK is being planned (its function folded to a
+-- constant raises) leaves nothing behind: the next write plans it again
+CREATE FUNCTION rules_limit() RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+	IF current_setting('rules.fail', true) = 'on' THEN
+		RAISE EXCEPTION 'rules_limit failed';
+	END IF;
+	RETURN 64;
+END
+$$;
+ALTER TABLE idem_keys ADD CONSTRAINT rules_limit CHECK (length(key) <= rules_limit());
+SET rules.fail = 'on';
+SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'l1')$q$);
+RESET rules.fail;
+SELECT outcome FROM idem_reserve('rules', 'l2');
+SELECT key FROM idem_keys WHERE operation = 'rules' ORDER BY key;
+ALTER TABLE idem_keys DROP CONSTRAINT rules_limit;
+DROP FUNCTION rules_limit();
+DELETE FROM idem_keys WHERE operation = 'rules';
+
 -- Partial indexes the owner adds hold exactly the records their predicates
 -- take, from every write, as the indexes come and go (each predicate goes
 -- with its own index): counted through each index alone
@@ -163,7 +254,6 @@ SELECT count(*) AS kept FROM idem_keys WHERE key = 'b1';
 DROP TRIGGER rules_keep ON idem_keys;
 DROP FUNCTION rules_keep();
 DELETE FROM idem_keys;
-
 -- Row-level security on idem_keys stays refused with its own error
 CREATE ROLE regress_idem_rules_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON idem_keys TO regress_idem_rules_app;

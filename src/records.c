@@ -28,11 +28,14 @@
  * The writes: ExecSimpleRelationInsert/Update/Delete with a ResultRelInfo
  * and an EState of their own, as the logical apply worker writes, so CHECK
  * and NOT NULL constraints, triggers and every index of the table hold as
- * for an INSERT, UPDATE or DELETE statement.  An update or a delete first
- * locks the row version it read (IdemRecordsLock), with the caller's wait
- * policy; the lock either succeeds on that very version or reports that it
- * changed, so no write ever meets a newer version than the one its caller
- * checked, and none raises a serialization failure at REPEATABLE READ.
+ * for an INSERT, UPDATE or DELETE statement.  The CHECK constraints and
+ * partial-index predicates are evaluated through ExprStates built in that
+ * EState, from planned trees kept across writes (IdemRuleTrees).  An update
+ * or a delete first locks the row version it read (IdemRecordsLock), with
+ * the caller's wait policy; the lock either succeeds on that very version or
+ * reports that it changed, so no write ever meets a newer version than the
+ * one its caller checked, and none raises a serialization failure at
+ * REPEATABLE READ.
  *
  * Locks taken here: the table's lock (AccessShareLock to read,
  * RowExclusiveLock to write) until the end of the transaction, its
@@ -109,20 +112,9 @@ static const IdemColumnDef idem_columns[IDEM_NUM_COLUMNS] = {
 /*
  * The layout of the current relcache entry of idem_keys.  One table per
  * database (the extension is installed once), so one entry is enough;
- * another relid simply resolves again.
- *
- * With it, the expressions every write evaluates, prepared: the table's
- * CHECK constraints and the predicates of its partial indexes, which the
- * executor would prepare again at every write (ExecRelCheck: stringToNode,
- * expression_planner, ExecInitExpr; ExecInsertIndexTuples: ExecPrepareQual),
- * kept as the type cache keeps a domain's CHECK constraints: built once in
- * a context of their own under CacheMemoryContext, dropped when the
- * relcache entry of the table or of one of those indexes changes (a
- * constraint or an index added, dropped or validated) or any function does
- * (an expression may call, or have inlined, a function since replaced).  A
- * writer that began before the drop may still be using them, so their
- * context is not deleted at once but handed to the transaction that builds
- * the next ones, and goes with it.
+ * another relid simply resolves again.  Only column numbers and an OID:
+ * the CHECK constraints and the partial-index predicates are prepared by
+ * the executor in each writer's EState (see IdemRecordsWriterBegin).
  */
 typedef struct IdemLayout
 {
@@ -130,12 +122,6 @@ typedef struct IdemLayout
 	Oid			relid;
 	AttrNumber	attnum[IDEM_NUM_COLUMNS];
 	Oid			pkey;
-	bool		exprs_valid;	/* the ones below belong to the current entries */
-	MemoryContext exprs_cxt;	/* NULL: none prepared */
-	ExprState **checks;			/* one per ConstrCheck; NULL: no CHECK */
-	int			npredicates;
-	Oid		   *predicate_index;	/* each partial index of the table */
-	ExprState **predicates;		/* and its predicate */
 } IdemLayout;
 
 static IdemLayout idem_layout;
@@ -145,38 +131,178 @@ static bool idem_layout_callback = false;
 static void
 LayoutInvalidate(Datum arg, Oid relid)
 {
-	int			i;
-
 	if (relid == InvalidOid || relid == idem_layout.relid)
-	{
 		idem_layout.valid = false;
-		idem_layout.exprs_valid = false;
-	}
-	for (i = 0; i < idem_layout.npredicates; i++)
-		if (relid == idem_layout.predicate_index[i])
-			idem_layout.exprs_valid = false;
 }
 
-/* pg_proc callback: a function of a prepared expression may have changed */
-static void
-ExpressionsInvalidate(Datum arg, int cacheid, uint32 hashvalue)
-{
-	idem_layout.exprs_valid = false;
-}
-
-/* Register LayoutInvalidate and ExpressionsInvalidate, once per backend */
+/* Register LayoutInvalidate, once per backend */
 static void
 RegisterRelcacheCallback(void)
 {
 	if (!idem_layout_callback)
 	{
 		CacheRegisterRelcacheCallback(LayoutInvalidate, (Datum) 0);
-		CacheRegisterSyscacheCallback(PROCOID, ExpressionsInvalidate, (Datum) 0);
 		idem_layout_callback = true;
 	}
 }
 
 static void OpenLocked(Oid relid, LOCKMODE lockmode, IdemTable *table);
+
+/*
+ * The planned trees of idem_keys's CHECK constraints and partial-index
+ * predicates, kept across writes as the type cache keeps a domain's CHECK
+ * constraints (prep_domain_constraints): the part of preparing them that
+ * costs (stringToNode, expression_planner) done once, in a context under
+ * CacheMemoryContext.  Only trees: each writer builds its ExprStates from
+ * them in its own EState (UseRuleTrees), as ExecRelCheck and
+ * ExecInsertIndexTuples build theirs, so nothing of one write's execution
+ * (a SQL function's executor state, say) outlives it.  Dropped when the
+ * relcache entry of the table or of one of those indexes changes (a
+ * constraint or an index added, dropped or validated) or any function does
+ * (a tree may call, or have inlined, a function since replaced).  A set is
+ * published only once complete; the set it replaces may still be in use by
+ * a writer's ExprStates (which point into the trees), so it goes with the
+ * transaction rather than at once.
+ */
+typedef struct IdemRuleTrees
+{
+	Oid			relid;
+	MemoryContext cxt;
+	int			ncheck;
+	Expr	  **checks;			/* one per ConstrCheck; NULL: not enforced */
+	int			npredicates;
+	Oid		   *predicate_index;	/* each partial index of the table */
+	List	  **predicates;		/* and its planned predicate */
+} IdemRuleTrees;
+
+static IdemRuleTrees *idem_rules;	/* NULL: none published */
+static bool idem_rules_valid = false;	/* false: plan them again */
+
+/* Relcache callback: idem_keys or one of its indexes may have changed */
+static void
+RulesInvalidate(Datum arg, Oid relid)
+{
+	int			i;
+
+	/* While a set is being planned (none published), any change counts */
+	if (idem_rules == NULL || relid == InvalidOid || relid == idem_rules->relid)
+		idem_rules_valid = false;
+	else
+		for (i = 0; i < idem_rules->npredicates; i++)
+			if (relid == idem_rules->predicate_index[i])
+				idem_rules_valid = false;
+}
+
+/* pg_proc callback: a function of a planned tree may have changed */
+static void
+RulesInvalidateProc(Datum arg, int cacheid, uint32 hashvalue)
+{
+	idem_rules_valid = false;
+}
+
+/*
+ * Plan the CHECK constraints and partial-index predicates of the writer
+ * rri (its relation idem_keys, locked, its indexes open) and publish them
+ * in place of the set before.
+ */
+static void
+PlanRules(ResultRelInfo *rri)
+{
+	static bool callbacks = false;
+	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
+	MemoryContext cxt;
+	MemoryContext oldcxt;
+	IdemRuleTrees *rules;
+	int			i;
+
+	if (!callbacks)
+	{
+		CacheRegisterRelcacheCallback(RulesInvalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, RulesInvalidateProc, (Datum) 0);
+		callbacks = true;
+	}
+
+	/* Unpublish the old set; it goes with this transaction (see above) */
+	if (idem_rules != NULL)
+		MemoryContextSetParent(idem_rules->cxt, TopTransactionContext);
+	idem_rules = NULL;
+	/* An invalidation while planning clears it, and the next write plans again */
+	idem_rules_valid = true;
+
+	/* Built under the current context: an ERROR meanwhile frees it all */
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "idem_keys rule trees",
+								ALLOCSET_SMALL_SIZES);
+	oldcxt = MemoryContextSwitchTo(cxt);
+	rules = palloc0(sizeof(IdemRuleTrees));
+	rules->relid = RelationGetRelid(rri->ri_RelationDesc);
+	rules->cxt = cxt;
+	if (constr != NULL && constr->num_check > 0)
+	{
+		rules->ncheck = constr->num_check;
+		rules->checks = palloc0(constr->num_check * sizeof(Expr *));
+		for (i = 0; i < constr->num_check; i++)
+			if (IdemCheckIsEnforced(&constr->check[i]))
+				rules->checks[i] = expression_planner(stringToNode(constr->check[i].ccbin));
+	}
+	rules->predicate_index = palloc(Max(rri->ri_NumIndices, 1) * sizeof(Oid));
+	rules->predicates = palloc(Max(rri->ri_NumIndices, 1) * sizeof(List *));
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+		Relation	index = rri->ri_IndexRelationDescs[i];
+
+		if (rri->ri_IndexRelationInfo[i]->ii_Predicate == NIL)
+			continue;
+		rules->predicate_index[rules->npredicates] = RelationGetRelid(index);
+		rules->predicates[rules->npredicates] = (List *)
+			expression_planner((Expr *) RelationGetIndexPredicate(index));
+		rules->npredicates++;
+	}
+	MemoryContextSwitchTo(oldcxt);
+
+	/* Complete: publish it */
+	MemoryContextSetParent(cxt, CacheMemoryContext);
+	idem_rules = rules;
+}
+
+/*
+ * Give the writer rri (its indexes open) the ExprStates of its CHECK
+ * constraints and partial-index predicates, built in the current memory
+ * context (the EState's) from the planned trees, planning them first when
+ * they are not current.  Whatever is left unset the executor prepares
+ * itself (an index created since, say).
+ */
+static void
+UseRuleTrees(ResultRelInfo *rri)
+{
+	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
+	int			ncheck = constr != NULL ? constr->num_check : 0;
+	int			i;
+	int			j;
+
+	if (idem_rules == NULL || !idem_rules_valid ||
+		idem_rules->relid != RelationGetRelid(rri->ri_RelationDesc) ||
+		idem_rules->ncheck != ncheck)
+		PlanRules(rri);
+	if (ncheck > 0)
+	{
+		ExprState **checks = palloc0(ncheck * sizeof(ExprState *));
+
+		for (i = 0; i < ncheck; i++)
+			if (idem_rules->checks[i] != NULL)
+				checks[i] = ExecInitExpr(idem_rules->checks[i], NULL);
+		IdemResultRelChecks(rri) = checks;
+	}
+	for (i = 0; i < rri->ri_NumIndices; i++)
+	{
+		IndexInfo  *ii = rri->ri_IndexRelationInfo[i];
+
+		if (ii->ii_Predicate == NIL)
+			continue;
+		for (j = 0; j < idem_rules->npredicates; j++)
+			if (idem_rules->predicate_index[j] == RelationGetRelid(rri->ri_IndexRelationDescs[i]))
+				ii->ii_PredicateState = ExecInitQual(idem_rules->predicates[j], NULL);
+	}
+}
 
 /* Raise the error for a table of the extension that is not there (any more) */
 void
@@ -364,92 +490,6 @@ ResolveLayout(Relation rel)
 	idem_layout.pkey = pkey;
 	idem_layout.relid = RelationGetRelid(rel);
 	idem_layout.valid = true;
-	idem_layout.exprs_valid = false;
-}
-
-/*
- * Prepare the expressions of the writer rri (its relation idem_keys, its
- * indexes open) that IdemLayout keeps, in place of what was kept before.
- */
-static void
-PrepareExpressions(ResultRelInfo *rri)
-{
-	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
-	MemoryContext cxt;
-	MemoryContext oldcxt;
-	int			i;
-
-	/* Gone with this transaction: a writer may still use them (see above) */
-	if (idem_layout.exprs_cxt != NULL)
-		MemoryContextSetParent(idem_layout.exprs_cxt, TopTransactionContext);
-	idem_layout.exprs_cxt = NULL;
-	idem_layout.checks = NULL;
-	idem_layout.npredicates = 0;
-
-	/* Built in the current context, kept only once complete */
-	cxt = AllocSetContextCreate(CurrentMemoryContext, "idem_keys expressions",
-								ALLOCSET_SMALL_SIZES);
-	oldcxt = MemoryContextSwitchTo(cxt);
-	if (constr != NULL && constr->num_check > 0)
-	{
-		idem_layout.checks = palloc0(constr->num_check * sizeof(ExprState *));
-		for (i = 0; i < constr->num_check; i++)
-		{
-			Expr	   *expr;
-
-			/* ExecRelCheck's steps; no virtual columns pass the layout */
-			if (!IdemCheckIsEnforced(&constr->check[i]))
-				continue;
-			expr = stringToNode(constr->check[i].ccbin);
-			idem_layout.checks[i] = ExecInitExpr(expression_planner(expr), NULL);
-		}
-	}
-	idem_layout.predicate_index = palloc(rri->ri_NumIndices * sizeof(Oid));
-	idem_layout.predicates = palloc(rri->ri_NumIndices * sizeof(ExprState *));
-	for (i = 0; i < rri->ri_NumIndices; i++)
-	{
-		Relation	index = rri->ri_IndexRelationDescs[i];
-		int			n = idem_layout.npredicates;
-
-		if (rri->ri_IndexRelationInfo[i]->ii_Predicate == NIL)
-			continue;
-		/* ExecPrepareQual's steps, on a copy of the predicate made here */
-		idem_layout.predicate_index[n] = RelationGetRelid(index);
-		idem_layout.predicates[n] =
-			ExecInitQual((List *) expression_planner((Expr *) RelationGetIndexPredicate(index)),
-						 NULL);
-		idem_layout.npredicates++;
-	}
-	MemoryContextSwitchTo(oldcxt);
-	MemoryContextSetParent(cxt, CacheMemoryContext);
-
-	idem_layout.exprs_cxt = cxt;
-	idem_layout.exprs_valid = true;
-}
-
-/*
- * Give the writer rri (its indexes open) the prepared expressions of
- * IdemLayout, preparing them first when they are not current.  The
- * executor prepares anything left unset itself, as for another relation
- * than the one whose layout is resolved.
- */
-static void
-UsePreparedExpressions(ResultRelInfo *rri)
-{
-	int			i;
-	int			j;
-
-	if (idem_layout.relid != RelationGetRelid(rri->ri_RelationDesc))
-		return;
-	if (!idem_layout.exprs_valid)
-		PrepareExpressions(rri);
-	if (idem_layout.checks != NULL)
-		IdemResultRelChecks(rri) = idem_layout.checks;
-	for (i = 0; i < rri->ri_NumIndices; i++)
-		for (j = 0; j < idem_layout.npredicates; j++)
-			if (idem_layout.predicate_index[j] == RelationGetRelid(rri->ri_IndexRelationDescs[i]) &&
-				rri->ri_IndexRelationInfo[i]->ii_Predicate != NIL)
-				rri->ri_IndexRelationInfo[i]->ii_PredicateState = idem_layout.predicates[j];
 }
 
 /*
@@ -807,7 +847,7 @@ IdemRecordsWriterBegin(IdemTable *table, AclMode modes, const char *function,
 	if (ActiveSnapshotSet())
 		w->estate->es_snapshot = GetActiveSnapshot();
 	ExecOpenIndices(w->rri, false);
-	UsePreparedExpressions(w->rri);
+	UseRuleTrees(w->rri);
 	IdemEvalPlanQualInit(&w->epqstate, w->estate);
 	w->locked = ExecInitExtraTupleSlot(w->estate, RelationGetDescr(rel),
 									   table_slot_callbacks(rel));
