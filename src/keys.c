@@ -653,7 +653,7 @@ NotReservedDetail(text *scope, text *operation)
 }
 
 /* Raise ID001 for a key with no live record to complete or checkpoint */
-static void
+pg_noreturn static void
 ReportNotReserved(KeyAction action, text *scope, text *operation, text *key)
 {
 	char	   *k = text_to_cstring(key);
@@ -672,7 +672,7 @@ ReportNotReserved(KeyAction action, text *scope, text *operation, text *key)
 }
 
 /* Raise ID002: the change would let a retry run the effect twice */
-static void
+pg_noreturn static void
 ReportCompleted(KeyAction action, text *scope, text *operation, text *key)
 {
 	char	   *k = text_to_cstring(key);
@@ -701,6 +701,7 @@ ReportCompleted(KeyAction action, text *scope, text *operation, text *key)
 					 errhint("A completed key keeps its result until it expires; a retry with it replays that result.")));
 			break;
 	}
+	pg_unreachable();
 }
 
 /*

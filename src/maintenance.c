@@ -236,7 +236,7 @@ ExtensionSchema(void)
 }
 
 /* Raise the error for a missing idem_keys_expires_at_idx */
-static void
+pg_noreturn static void
 ReportMissingExpiryIndex(Oid nspid)
 {
 	ereport(ERROR,
@@ -584,12 +584,12 @@ SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
 
 		CHECK_FOR_INTERRUPTS();
 		slot_getallattrs(slot);
-		expires_at = DatumGetTimestampTz(SlotColumn(&table, slot, COL_EXPIRES_AT));
+		expires_at = DatumGetTimestampTz(IdemRecordsRequired(&table, slot, COL_EXPIRES_AT));
 		if (expires_at > *lower)
 			*lower = expires_at;
 
 		/* processing and stuck records never expire */
-		if (IdemRecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_COMPLETED)
+		if (IdemRecordsStatus(DatumGetTextPP(IdemRecordsRequired(&table, slot, COL_STATUS))) != STATUS_COMPLETED)
 			continue;
 
 		/* being changed or locked, or changed: not ours now */
@@ -697,11 +697,11 @@ FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
 
 		CHECK_FOR_INTERRUPTS();
 		slot_getallattrs(slot);
-		created_at = DatumGetTimestampTz(SlotColumn(&table, slot, COL_CREATED_AT));
+		created_at = DatumGetTimestampTz(IdemRecordsRequired(&table, slot, COL_CREATED_AT));
 		if (iscan != NULL && created_at > *lower)
 			*lower = created_at;
-		if (IdemRecordsStatus(DatumGetTextPP(SlotColumn(&table, slot, COL_STATUS))) != STATUS_PROCESSING ||
-			DatumGetTimestampTz(SlotColumn(&table, slot, COL_UPDATED_AT)) > cutoff)
+		if (IdemRecordsStatus(DatumGetTextPP(IdemRecordsRequired(&table, slot, COL_STATUS))) != STATUS_PROCESSING ||
+			DatumGetTimestampTz(IdemRecordsRequired(&table, slot, COL_UPDATED_AT)) > cutoff)
 			continue;
 
 		/* being written or locked, or changed: left for the next pass */

@@ -131,7 +131,7 @@ GetCallCache(FunctionCallInfo fcinfo, Oid handler, bool *strict)
 }
 
 /* Raise the error of an outcome that idem_call cannot turn into a response */
-static void
+pg_noreturn static void
 ReportCallOutcome(const IdemReservation *r, text *operation, text *key,
 				  text *scope)
 {

@@ -17,13 +17,15 @@
  * says): without Citus in the database, in idem_keys itself; with Citus,
  * in the local shard of idem_keys that holds the scope (citus.c).
  *
- * The layout: the columns are found by name and checked by type once per
- * relcache entry of idem_keys (a relcache callback forgets the layout when
- * the table changes), and so is the primary key on (scope, operation, key).
- * A dropped, retyped or unexpected column, or a missing primary key, is an
- * ERROR 55000 that names the column and the type expected, from every
- * function, before anything is read or written.  Against an older catalog
- * (ALTER EXTENSION UPDATE not yet run) the hint says to update it.
+ * The layout: the columns are found by name and checked by type (and NOT
+ * NULL, for those read without a null check) once per relcache entry of
+ * idem_keys (a relcache callback forgets the layout when the table
+ * changes), and so is the primary key on (scope, operation, key).  A
+ * dropped, retyped, nullable or unexpected column, or a missing primary
+ * key, is an ERROR 55000 that names the column and what is expected, from
+ * every function, before anything is read or written.  Against an older
+ * catalog (ALTER EXTENSION UPDATE not yet run) the hint says to update it.
+ * Each open IdemTable has its own copy of the column numbers.
  *
  * The writes: ExecSimpleRelationInsert/Update/Delete with a ResultRelInfo
  * and an EState of their own, as the logical apply worker writes, so CHECK
@@ -38,8 +40,10 @@
  * REPEATABLE READ.
  *
  * Locks taken here: the table's lock (AccessShareLock to read,
- * RowExclusiveLock to write) until the end of the transaction, its
- * indexes' AccessShareLock, and the row lock of IdemRecordsLock.
+ * RowExclusiveLock to write) and its indexes' locks (the primary key's
+ * AccessShareLock to read, every index's RowExclusiveLock to write), all
+ * until the end of the transaction as the executor holds them, and the row
+ * lock of IdemRecordsLock.
  *
  *-------------------------------------------------------------------------
  */
@@ -86,27 +90,32 @@
 #error "IDEM_VERSION must be defined (the Makefile passes the control file's version)"
 #endif
 
-/* Name and type of each column the extension reads and writes */
+/*
+ * Name and type of each column the extension reads and writes, and whether
+ * it must be NOT NULL: the code reads those without looking for a null (the
+ * key columns are NOT NULL as the primary key's).
+ */
 typedef struct IdemColumnDef
 {
 	const char *name;
 	Oid			type;
+	bool		notnull;
 } IdemColumnDef;
 
 static const IdemColumnDef idem_columns[IDEM_NUM_COLUMNS] = {
-	[COL_SCOPE] = {"scope", TEXTOID},
-	[COL_OPERATION] = {"operation", TEXTOID},
-	[COL_KEY] = {"key", TEXTOID},
-	[COL_REQUEST_HASH] = {"request_hash", BYTEAOID},
-	[COL_STATUS] = {"status", TEXTOID},
-	[COL_RESPONSE_STATUS] = {"response_status", INT4OID},
-	[COL_RESPONSE] = {"response", JSONBOID},
-	[COL_RESOURCE_ID] = {"resource_id", TEXTOID},
-	[COL_RECOVERY_POINT] = {"recovery_point", TEXTOID},
-	[COL_CREATED_AT] = {"created_at", TIMESTAMPTZOID},
-	[COL_UPDATED_AT] = {"updated_at", TIMESTAMPTZOID},
-	[COL_EXPIRES_AT] = {"expires_at", TIMESTAMPTZOID},
-	[COL_TTL] = {"ttl", INTERVALOID},
+	[COL_SCOPE] = {"scope", TEXTOID, false},
+	[COL_OPERATION] = {"operation", TEXTOID, false},
+	[COL_KEY] = {"key", TEXTOID, false},
+	[COL_REQUEST_HASH] = {"request_hash", BYTEAOID, false},
+	[COL_STATUS] = {"status", TEXTOID, true},
+	[COL_RESPONSE_STATUS] = {"response_status", INT4OID, false},
+	[COL_RESPONSE] = {"response", JSONBOID, false},
+	[COL_RESOURCE_ID] = {"resource_id", TEXTOID, false},
+	[COL_RECOVERY_POINT] = {"recovery_point", TEXTOID, false},
+	[COL_CREATED_AT] = {"created_at", TIMESTAMPTZOID, true},
+	[COL_UPDATED_AT] = {"updated_at", TIMESTAMPTZOID, true},
+	[COL_EXPIRES_AT] = {"expires_at", TIMESTAMPTZOID, true},
+	[COL_TTL] = {"ttl", INTERVALOID, false},
 };
 
 /*
@@ -364,7 +373,7 @@ QualifiedName(Relation rel)
  * When the catalog is of another version than this library (ALTER
  * EXTENSION UPDATE not run yet), updating it is the remedy.
  */
-static void
+pg_noreturn static void
 ReportMissingColumn(Relation rel, IdemColumn col)
 {
 	const char *name = idem_columns[col].name;
@@ -387,7 +396,7 @@ ReportMissingColumn(Relation rel, IdemColumn col)
 }
 
 /* Raise the error for a column of idem_keys whose type was changed */
-static void
+pg_noreturn static void
 ReportRetypedColumn(Relation rel, IdemColumn col, Oid actual)
 {
 	const char *name = idem_columns[col].name;
@@ -403,8 +412,22 @@ ReportRetypedColumn(Relation rel, IdemColumn col, Oid actual)
 					 quote_identifier(name), type)));
 }
 
+/* Raise the error for a column of idem_keys that lost its NOT NULL */
+pg_noreturn static void
+ReportNullableColumn(Relation rel, IdemColumn col)
+{
+	const char *name = idem_columns[col].name;
+
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("column \"%s\" of table \"idem_keys\" is not marked NOT NULL", name),
+			 errdetail("The extension needs a value in column \"%s\" of every record.", name),
+			 errhint("Set it back with ALTER TABLE %s ALTER COLUMN %s SET NOT NULL, after giving any record where it is null the value it should have.",
+					 QualifiedName(rel), quote_identifier(name))));
+}
+
 /* Raise the error for a column of idem_keys that the extension does not know */
-static void
+pg_noreturn static void
 ReportUnexpectedColumn(Relation rel, const char *name)
 {
 	ereport(ERROR,
@@ -416,7 +439,7 @@ ReportUnexpectedColumn(Relation rel, const char *name)
 }
 
 /* Raise the error for an idem_keys without its primary key */
-static void
+pg_noreturn static void
 ReportMissingPrimaryKey(Relation rel)
 {
 	ereport(ERROR,
@@ -476,6 +499,8 @@ ResolveLayout(Relation rel)
 			ReportUnexpectedColumn(rel, NameStr(att->attname));
 		if (att->atttypid != idem_columns[c].type)
 			ReportRetypedColumn(rel, (IdemColumn) c, att->atttypid);
+		if (idem_columns[c].notnull && !att->attnotnull)
+			ReportNullableColumn(rel, (IdemColumn) c);
 		attnum[c] = att->attnum;
 	}
 	for (c = 0; c < IDEM_NUM_COLUMNS; c++)
@@ -594,7 +619,7 @@ OpenLocked(Oid relid, LOCKMODE lockmode, IdemTable *table)
 	table->lockmode = lockmode;
 	if (!idem_layout.valid || idem_layout.relid != relid)
 		ResolveLayout(table->rel);
-	table->attnum = idem_layout.attnum;
+	memcpy(table->attnum, idem_layout.attnum, sizeof(table->attnum));
 	table->pkey = idem_layout.pkey;
 }
 
@@ -659,6 +684,30 @@ IdemRecordsStatus(text *status)
 }
 
 /*
+ * The value of column col of the record in slot (all attributes deformed),
+ * one the layout requires NOT NULL.  A null there all the same (a NOT NULL
+ * constraint not validated, a catalog changed by hand) is an ERROR naming
+ * the record, never a null pointer read as a value.
+ */
+Datum
+IdemRecordsRequired(IdemTable *table, TupleTableSlot *slot, IdemColumn col)
+{
+	if (unlikely(SlotColumnIsNull(table, slot, col)))
+		ereport(ERROR,
+				(errcode(ERRCODE_NOT_NULL_VIOLATION),
+				 errmsg("idempotency record \"%s\" has a null \"%s\"",
+						TextDatumGetCString(SlotColumn(table, slot, COL_KEY)),
+						idem_columns[col].name),
+				 errdetail("Operation \"%s\", scope \"%s\", table \"%s\".",
+						   TextDatumGetCString(SlotColumn(table, slot, COL_OPERATION)),
+						   TextDatumGetCString(SlotColumn(table, slot, COL_SCOPE)),
+						   RelationGetRelationName(table->rel)),
+				 errhint("Give column \"%s\" of that record the value it should have, and keep the column NOT NULL.",
+						 idem_columns[col].name)));
+	return SlotColumn(table, slot, col);
+}
+
+/*
  * Does another open transaction hold a row lock (FOR SHARE, FOR UPDATE, or
  * the lock a writer takes first) on the version in slot?  A dirty snapshot
  * sees through lock-only xmax, so look at the tuple header, as
@@ -700,7 +749,7 @@ IdemRecordsFromSlot(IdemTable *table, TupleTableSlot *slot, Snapshot snapshot,
 
 	slot_getallattrs(slot);
 	memset(rec, 0, sizeof(*rec));
-	rec->status = IdemRecordsStatus(DatumGetTextPP(SlotColumn(table, slot, COL_STATUS)));
+	rec->status = IdemRecordsStatus(DatumGetTextPP(IdemRecordsRequired(table, slot, COL_STATUS)));
 	if (!SlotColumnIsNull(table, slot, COL_REQUEST_HASH))
 		rec->request_hash = DatumGetByteaPCopy(SlotColumn(table, slot, COL_REQUEST_HASH));
 	if (!SlotColumnIsNull(table, slot, COL_RESPONSE_STATUS))
@@ -714,9 +763,9 @@ IdemRecordsFromSlot(IdemTable *table, TupleTableSlot *slot, Snapshot snapshot,
 		rec->resource_id = DatumGetTextPCopy(SlotColumn(table, slot, COL_RESOURCE_ID));
 	if (!SlotColumnIsNull(table, slot, COL_RECOVERY_POINT))
 		rec->recovery_point = DatumGetTextPCopy(SlotColumn(table, slot, COL_RECOVERY_POINT));
-	rec->created_at = DatumGetTimestampTz(SlotColumn(table, slot, COL_CREATED_AT));
-	rec->updated_at = DatumGetTimestampTz(SlotColumn(table, slot, COL_UPDATED_AT));
-	rec->expires_at = DatumGetTimestampTz(SlotColumn(table, slot, COL_EXPIRES_AT));
+	rec->created_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_CREATED_AT));
+	rec->updated_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_UPDATED_AT));
+	rec->expires_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_EXPIRES_AT));
 	if (!SlotColumnIsNull(table, slot, COL_TTL))
 	{
 		rec->ttl = palloc(sizeof(Interval));
@@ -793,7 +842,8 @@ IdemRecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
 	}
 	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, AccessShareLock);
+	/* Its lock stays until the end of the transaction, as the executor's */
+	index_close(index, NoLock);
 	return found;
 }
 
@@ -902,7 +952,7 @@ IdemRecordsLock(IdemWriter *w, ItemPointer tid, LockTupleMode mode,
 }
 
 /* Raise the error for a write that a BEFORE trigger on idem_keys skipped */
-static void
+pg_noreturn static void
 ReportSkippedWrite(void)
 {
 	ereport(ERROR,

@@ -74,7 +74,8 @@ typedef struct IdemTable
 {
 	Relation	rel;
 	LOCKMODE	lockmode;
-	const AttrNumber *attnum;	/* attribute number of each IdemColumn */
+	AttrNumber	attnum[IDEM_NUM_COLUMNS];	/* attribute number of each
+											 * IdemColumn */
 	Oid			pkey;			/* the primary key (scope, operation, key) */
 } IdemTable;
 
@@ -113,6 +114,8 @@ extern bool IdemRecordsFetch(IdemTable *table, Snapshot snapshot, text *scope,
 extern void IdemRecordsFromSlot(IdemTable *table, TupleTableSlot *slot,
 								Snapshot snapshot, IdemRecord *rec);
 extern IdemStatus IdemRecordsStatus(text *status);
+extern Datum IdemRecordsRequired(IdemTable *table, TupleTableSlot *slot,
+								 IdemColumn col);
 
 extern void IdemRecordsWriterBegin(IdemTable *table, AclMode modes,
 								   const char *function, IdemWriter *w);
