@@ -254,6 +254,37 @@ SELECT count(*) AS kept FROM idem_keys WHERE key = 'b1';
 DROP TRIGGER rules_keep ON idem_keys;
 DROP FUNCTION rules_keep();
 DELETE FROM idem_keys;
+-- ... but not the key: a BEFORE ROW trigger that changes scope, operation
+-- or key would move the record away from its key (whose retry would then
+-- run the effect again).  It is an error naming the trigger's table, and
+-- nothing is written.
+CREATE FUNCTION rules_rekey() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.key = 'rk-insert' THEN
+		NEW.key := 'rk-moved';
+	ELSIF NEW.key = 'rk-operation' THEN
+		NEW.operation := 'rules-moved';
+	ELSIF NEW.status = 'completed' OR NEW.recovery_point = 'move' THEN
+		NEW.key := NEW.key || '-moved';
+	END IF;
+	RETURN NEW;
+END
+$$;
+CREATE TRIGGER rules_rekey BEFORE INSERT OR UPDATE ON idem_keys
+	FOR EACH ROW EXECUTE FUNCTION rules_rekey();
+SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'rk-insert')$q$);
+SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'rk-operation')$q$);
+SELECT outcome FROM idem_reserve('rules', 'rk1');
+SELECT pg_temp.try($q$SELECT idem_complete('rules', 'rk1', '{"n": 1}')$q$);
+SELECT pg_temp.try($q$SELECT idem_checkpoint('rules', 'rk1', 'move')$q$);
+SELECT operation, key, status, recovery_point FROM idem_keys ORDER BY operation, key;
+-- the record stays where its key finds it
+SELECT outcome FROM idem_reserve('rules', 'rk1');
+SELECT idem_complete('rules', 'rk1', '{"n": 1}');
+DROP TRIGGER rules_rekey ON idem_keys;
+DROP FUNCTION rules_rekey();
+DELETE FROM idem_keys;
+
 -- Row-level security on idem_keys stays refused with its own error
 CREATE ROLE regress_idem_rules_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON idem_keys TO regress_idem_rules_app;

@@ -32,12 +32,13 @@
  * and NOT NULL constraints, triggers and every index of the table hold as
  * for an INSERT, UPDATE or DELETE statement.  The CHECK constraints and
  * partial-index predicates are evaluated through ExprStates built in that
- * EState, from planned trees kept across writes (IdemRuleTrees).  An update
- * or a delete first locks the row version it read (IdemRecordsLock), with
- * the caller's wait policy; the lock either succeeds on that very version or
- * reports that it changed, so no write ever meets a newer version than the
- * one its caller checked, and none raises a serialization failure at
- * REPEATABLE READ.
+ * EState, from planned trees kept across writes (IdemRuleTrees).  A BEFORE
+ * ROW trigger that skips a write or moves the record to another key is an
+ * ERROR, which undoes the write.  An update or a delete first locks the row
+ * version it read (IdemRecordsLock), with the caller's wait policy; the lock
+ * either succeeds on that very version or reports that it changed, so no
+ * write ever meets a newer version than the one its caller checked, and
+ * none raises a serialization failure at REPEATABLE READ.
  *
  * Locks taken here: the table's lock (AccessShareLock to read,
  * RowExclusiveLock to write) and its indexes' locks (the primary key's
@@ -74,6 +75,7 @@
 #include "tcop/utility.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -962,6 +964,48 @@ ReportSkippedWrite(void)
 			 errhint("Let BEFORE ROW triggers on idem_keys return the row, or raise an error to refuse it.")));
 }
 
+/* The key columns of a record, in the order of the primary key */
+static const IdemColumn key_columns[3] = {COL_SCOPE, COL_OPERATION, COL_KEY};
+
+/* Raise the error for a write whose trigger moved the record to another key */
+pg_noreturn static void
+ReportMovedKey(IdemTable *table, const Datum *key, TupleTableSlot *written)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_TRIGGERED_DATA_CHANGE_VIOLATION),
+			 errmsg("a trigger on table \"%s\" changed the key of an idempotency record",
+					RelationGetRelationName(table->rel)),
+			 errdetail("The record of key \"%s\" (operation \"%s\", scope \"%s\") would have been written as key \"%s\" (operation \"%s\", scope \"%s\"), where its own key would no longer find it.",
+					   TextDatumGetCString(key[2]), TextDatumGetCString(key[1]),
+					   TextDatumGetCString(key[0]),
+					   TextDatumGetCString(SlotColumn(table, written, COL_KEY)),
+					   TextDatumGetCString(SlotColumn(table, written, COL_OPERATION)),
+					   TextDatumGetCString(SlotColumn(table, written, COL_SCOPE))),
+			 errhint("Let BEFORE ROW triggers on %s leave columns \"scope\", \"operation\" and \"key\" as they are, or raise an error to refuse the write.",
+					 QualifiedName(table->rel))));
+}
+
+/*
+ * A BEFORE ROW trigger may change the row it is given, but a record stays
+ * at its key: raise an ERROR, which undoes the write, when the row written
+ * into slot has other key columns than key (scope, operation, key).
+ */
+static void
+CheckKeyKept(IdemTable *table, const Datum *key, TupleTableSlot *written)
+{
+	int			i;
+
+	slot_getallattrs(written);
+	for (i = 0; i < lengthof(key_columns); i++)
+	{
+		/* Never null here: the primary key's NOT NULL was checked */
+		Assert(!SlotColumnIsNull(table, written, key_columns[i]));
+		if (!datum_image_eq(key[i], SlotColumn(table, written, key_columns[i]),
+							false, -1))
+			ReportMovedKey(table, key, written);
+	}
+}
+
 /* Store the given columns of row into slot over what it holds */
 static void
 StoreRow(IdemTable *table, TupleTableSlot *slot, IdemRow *row)
@@ -1010,7 +1054,14 @@ IdemRecordsInsert(IdemWriter *w, IdemRow *row)
 {
 	TupleTableSlot *slot = w->row;
 	int			natts = slot->tts_tupleDescriptor->natts;
+	Datum		key[lengthof(key_columns)];
+	int			i;
 
+	for (i = 0; i < lengthof(key_columns); i++)
+	{
+		Assert(row->set[key_columns[i]] && !row->isnull[key_columns[i]]);
+		key[i] = row->values[key_columns[i]];
+	}
 	ExecClearTuple(slot);
 	memset(slot->tts_values, 0, natts * sizeof(Datum));
 	memset(slot->tts_isnull, true, natts * sizeof(bool));
@@ -1018,6 +1069,7 @@ IdemRecordsInsert(IdemWriter *w, IdemRow *row)
 	ExecSimpleRelationInsert(w->rri, w->estate, slot);
 	if (!ItemPointerIsValid(&slot->tts_tid))
 		ReportSkippedWrite();
+	CheckKeyKept(w->table, key, slot);
 }
 
 /*
@@ -1030,10 +1082,13 @@ IdemRecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
 {
 	TupleTableSlot *slot = w->row;
 	int			natts = slot->tts_tupleDescriptor->natts;
-
+	Datum		key[lengthof(key_columns)];
 	LOCKTAG		tag;
+	int			i;
 
 	slot_getallattrs(w->locked);
+	for (i = 0; i < lengthof(key_columns); i++)
+		key[i] = SlotColumn(w->table, w->locked, key_columns[i]);
 	ExecClearTuple(slot);
 	memcpy(slot->tts_values, w->locked->tts_values, natts * sizeof(Datum));
 	memcpy(slot->tts_isnull, w->locked->tts_isnull, natts * sizeof(bool));
@@ -1047,18 +1102,19 @@ IdemRecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
 	 * see the old version or the new one.  The row is locked already, and
 	 * a reservation holds the key lock only while it reads and claims.
 	 */
-	IdemRecordsKeyLockTag(&tag,
-						  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_SCOPE)),
-						  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_OPERATION)),
-						  DatumGetTextPP(SlotColumn(w->table, w->locked, COL_KEY)));
+	IdemRecordsKeyLockTag(&tag, DatumGetTextPP(key[0]), DatumGetTextPP(key[1]),
+						  DatumGetTextPP(key[2]));
 	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 	ExecSimpleRelationUpdate(w->rri, w->estate, &w->epqstate, w->locked, slot);
 	LockRelease(&tag, ExclusiveLock, false);
-	if (ItemPointerIsValid(&slot->tts_tid))
-		return true;
-	if (report_skip)
-		ReportSkippedWrite();
-	return false;
+	if (!ItemPointerIsValid(&slot->tts_tid))
+	{
+		if (report_skip)
+			ReportSkippedWrite();
+		return false;
+	}
+	CheckKeyKept(w->table, key, slot);
+	return true;
 }
 
 /*
