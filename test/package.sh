@@ -4,9 +4,12 @@
 #   bash test/package.sh
 #
 # 1. In a fresh Debian 12 root (test/debroot.sh), from a `git archive` of
-#    HEAD: `apt-get build-dep` of debian/control, then
-#    `dpkg-buildpackage -us -uc -b`, which builds postgresql-15-idempotency
-#    with pg_buildext and runs its `make installcheck` (dh_pgxs_test).
+#    HEAD: `apt-get build-dep` of debian/control, `pg_buildext
+#    updatecontrol` (debian/control lists every version debian/pgversions
+#    allows; Debian 12 ships 15 only, and the build refuses a debian/control
+#    that does not match the suite), then `dpkg-buildpackage -us -uc -b`,
+#    which builds postgresql-15-idempotency with pg_buildext and runs its
+#    `make installcheck` (dh_pgxs_test).
 # 2. In another fresh Debian 12 root: `apt-get install` of the built .deb
 #    (which pulls postgresql-15), the package's autopkgtest
 #    (debian/tests/installcheck: installcheck on a stock server and on a
@@ -46,6 +49,8 @@ else
 		apt-get install -y -qq --no-install-recommends build-essential >/dev/null
 		apt-get build-dep -y -qq /build/idempotency >/dev/null
 		cd /build/idempotency
+		pg_buildext updatecontrol
+		grep "^Package:" debian/control
 		dpkg-buildpackage -us -uc -b
 		cd /build
 		ls -l *.deb
