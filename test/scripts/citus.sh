@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale-out on Citus (README "Scale-out (Citus)"): a coordinator and two
+# Scale-out on Citus (doc/citus.md): a coordinator and two
 # workers on loopback, idem_keys distributed by scope next to payments
 # (idem_distribute), and exactly one effect per key in every case:
 #   - before the set-up, the local-table mode is refused;

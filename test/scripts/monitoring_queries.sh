@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The postgres_exporter queries file, examples/monitoring/queries.yaml: its
 # structure is valid, every query runs as a monitoring role set up as the
-# README says (pg_read_all_stats, USAGE on the schema, nothing else), and
+# doc/monitoring.md says (pg_read_all_stats, USAGE on the schema, nothing else), and
 # returns exactly the columns the file declares, of the right kinds
 # (test/scripts/lib/exporter_queries.py).  Then the values it exports agree
 # with the database: the counters of idem_stats with the calls made, the

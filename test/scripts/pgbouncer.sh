@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The four examples/http services behind PgBouncer (Debian's pgbouncer) in
-# transaction pooling mode, each with the driver setting the README gives for
+# transaction pooling mode, each with the driver setting doc/http.md gives for
 # it (psycopg: no server-side prepares; node-postgres: as is; pgx:
 # statement_cache_mode=describe; JDBC: prepareThreshold=0), through the HTTP
 # contract's checks (test/scripts/lib/http_contract.sh) and its storm.  The

@@ -1,7 +1,7 @@
 # The maintenance scheduled with pg_cron (Debian's postgresql-15-cron)
 # instead of the worker, on a server that does not preload idempotency at
 # all: no worker runs and nothing fails, the SQL functions work, and the
-# README's recipe (CALL idem_maintain() every minute, or SELECT idem_sweep())
+# recipe of doc/worker.md (CALL idem_maintain() every minute, or SELECT idem_sweep())
 # deletes expired records, flags stuck ones and calls reconcilers.
 use strict;
 use warnings;

@@ -144,11 +144,11 @@ my $log = slurp_file($node->logfile);
 unlike($log, qr/LOG:  idempotency worker for database \w+: deleted 0 expired records, flagged 0 stuck, reconciled 0 \(0 failed\)/,
 	'a pass that did nothing is not logged at LOG');
 
-# The README's alert queries (the ```sql blocks that start with
-# "-- alert:"), run as a monitoring role set up as the README says
-my $readme = slurp_file("$root/README.md");
-my %alerts = $readme =~ /^```sql\n-- alert: ([^\n]+)\n(.*?)^```$/msg;
-is(scalar(keys %alerts), 3, 'the README has three alert queries')
+# The alert queries of doc/monitoring.md (the ```sql blocks that start
+# with "-- alert:"), run as a monitoring role set up as that chapter says
+my $monitoring = slurp_file("$root/doc/monitoring.md");
+my %alerts = $monitoring =~ /^```sql\n-- alert: ([^\n]+)\n(.*?)^```$/msg;
+is(scalar(keys %alerts), 3, 'doc/monitoring.md has three alert queries')
   or diag(join("\n", keys %alerts));
 $node->safe_psql(
 	'app', q{

@@ -42,7 +42,7 @@ sub wait_until
 }
 
 # A shop database owned by a role that is not a superuser, with the
-# extension, the README's idem_maint role, and its planted idem_release
+# extension, doc/security.md's idem_maint role, and its planted idem_release
 $node->safe_psql(
 	'postgres', q{
 CREATE ROLE dbowner LOGIN;

@@ -1,5 +1,5 @@
 // A small payment API that honours the Idempotency-Key header, in Go with
-// pgx (v4, pgxpool).  The HTTP contract is the README's ("Clients"), the
+// pgx (v4, pgxpool).  The HTTP contract is doc/http.md's, the
 // same for the Python, Node.js and Java services:
 //
 //	POST /payments   Idempotency-Key: <key>   X-Account-Id: <scope>

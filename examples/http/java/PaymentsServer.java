@@ -1,7 +1,7 @@
 /*
  * A small payment API that honours the Idempotency-Key header, in Java with
  * JDBC (the PostgreSQL JDBC driver) and the JDK's com.sun.net.httpserver.
- * The HTTP contract is the README's ("Clients"), the same for the Python,
+ * The HTTP contract is doc/http.md's, the same for the Python,
  * Node.js and Go services:
  *
  *   POST /payments   Idempotency-Key: <key>   X-Account-Id: <scope>

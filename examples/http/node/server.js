@@ -1,7 +1,7 @@
 'use strict';
 // A small payment API that honours the Idempotency-Key header, in Node.js
-// with node-postgres (npm "pg").  The HTTP contract is the README's
-// ("Clients"), the same for the Python, Go and Java services:
+// with node-postgres (npm "pg").  The HTTP contract is
+// doc/http.md's, the same for the Python, Go and Java services:
 //
 //   POST /payments   Idempotency-Key: <key>   X-Account-Id: <scope>
 //   {"order_id": "order-842", "amount": 10000, "currency": "BRL"}

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A small payment API that honours the Idempotency-Key header (psycopg 3).
 
-The HTTP contract is the README's ("Clients"), the same for the Node.js, Go
+The HTTP contract is doc/http.md's, the same for the Node.js, Go
 and Java services:
 
     POST /payments

@@ -1,4 +1,4 @@
-# The HTTP contract of the examples/http services (README, "Clients"),
+# The HTTP contract of the examples/http services (doc/http.md),
 # checked the same way for each language: test/scripts/client_*.sh start
 # their service with hc_start and call hc_contract, which drives it with curl
 # (the 400s, 201 and its replay, 422, a dropped response, a storm of
