@@ -432,7 +432,7 @@ COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval, boolean) IS
 
 -- citus ------------------------------------------------------------------
 
--- Scale-out on Citus (README, "Scale-out (Citus)").  The one supported
+-- Scale-out on Citus (doc/citus.md).  The one supported
 -- mode: idem_keys distributed by scope, co-located with the tenant's
 -- table, so that a reservation, the effect and the completion of one scope
 -- run in one shard's transaction on one node.  The C code reads and writes
@@ -488,7 +488,7 @@ COMMENT ON FUNCTION @extschema@.idem_distribute(regclass) IS
 -- Nothing is granted to PUBLIC.  CREATE FUNCTION grants EXECUTE to PUBLIC by
 -- default; take that back for every function (and procedure: ON ROUTINE)
 -- this script created.  Grant recipes for application and monitoring roles
--- are in the README.
+-- are in doc/security.md.
 DO $$
 DECLARE
 	f pg_catalog.regprocedure;

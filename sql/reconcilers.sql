@@ -24,7 +24,7 @@ BEGIN
 	PERFORM idem_release(r.operation, r.key, r.scope);
 END $$;
 
--- The README's roles: idem_admin registers reconcilers, idem_maint runs the
+-- doc/security.md's roles: idem_admin registers reconcilers, idem_maint runs the
 -- maintenance (and owns a schema of its own)
 CREATE ROLE regress_rc_admin;
 GRANT EXECUTE ON FUNCTION idem_set_reconciler(text, regprocedure) TO regress_rc_admin;

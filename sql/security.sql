@@ -1,4 +1,4 @@
--- Security: nothing granted to PUBLIC, the README's grant recipes work, and
+-- Security: nothing granted to PUBLIC, doc/security.md's grant recipes work, and
 -- objects planted on search_path change nothing.
 \pset null '(null)'
 
@@ -35,7 +35,7 @@ SET ROLE idem_exec_only;
 SELECT * FROM idem_reserve('op', 'k');
 RESET ROLE;
 
--- The README's application role recipe
+-- doc/security.md's application role recipe
 CREATE ROLE idem_app;
 GRANT USAGE ON SCHEMA public TO idem_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON idem_keys TO idem_app;
@@ -56,7 +56,7 @@ SELECT idem_release('op', 'app-2');
 SELECT key, status FROM idem_lookup('op', 'app-1');
 RESET ROLE;
 
--- The README's read-only monitoring role recipe
+-- doc/security.md's read-only monitoring role recipe
 CREATE ROLE idem_monitor;
 GRANT USAGE ON SCHEMA public TO idem_monitor;
 GRANT SELECT ON idem_keys TO idem_monitor;
