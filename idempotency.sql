@@ -16,12 +16,9 @@ CREATE TABLE @extschema@.idem_keys (
 	operation		text		COLLATE "C" NOT NULL,
 	key				text		COLLATE "C" NOT NULL,
 	request_hash	bytea,
-	-- Every write evaluates this CHECK, and prepares it first: an array
-	-- constant is stored ready, where an IN list would be folded again at
-	-- each write.
 	status			text		NOT NULL
 		CONSTRAINT idem_keys_status_check
-		CHECK (status OPERATOR(pg_catalog.=) ANY ('{processing,completed,stuck}'::pg_catalog.text[])),
+		CHECK (status IN ('processing', 'completed', 'stuck')),
 	response_status	integer,
 	response		jsonb,
 	resource_id		text,
@@ -140,7 +137,8 @@ CREATE INDEX idem_keys_expires_at_idx ON @extschema@.idem_keys (expires_at);
 -- requests under way.  Its column and its predicate are ones a heartbeat
 -- (idem_checkpoint, which changes updated_at) leaves alone, so that update
 -- stays HOT; completion changes the status anyway.  Maintenance finds it by
--- this definition, whatever its name.
+-- this definition, whatever its name, and works without it (the update
+-- from 0.1.0 leaves it to CREATE INDEX CONCURRENTLY: README, "Upgrading").
 CREATE INDEX idem_keys_processing_idx ON @extschema@.idem_keys (created_at)
 	WHERE status OPERATOR(pg_catalog.=) 'processing'::pg_catalog.text;
 

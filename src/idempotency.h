@@ -43,6 +43,18 @@
 /* The extension's name, as in pg_extension */
 #define IDEM_EXTENSION_NAME		"idempotency"
 
+/*
+ * The release before this library's version.  Its catalog (the objects its
+ * install and upgrade scripts leave) is served unchanged until ALTER
+ * EXTENSION UPDATE, so that installing the new package is never an outage,
+ * as pg_stat_statements serves its older SQL definitions; an older catalog
+ * gets a clean ERROR whose hint is the update.  What that catalog lacks is
+ * handled where it is used: idem_keys.ttl (records.c),
+ * idem_reconcilers.registered_by and idem_keys_processing_idx
+ * (maintenance.c).  It moves on with each release.
+ */
+#define IDEM_PREVIOUS_VERSION	"0.1.0"
+
 /* Limits on identifiers, checked with SQLSTATE 22023 */
 #define IDEM_MAX_KEY_LEN		255
 #define IDEM_MAX_OPERATION_LEN	63
@@ -192,6 +204,7 @@ extern bool IdemCanActAs(Oid member, Oid role);
 
 /* records.c: helpers of every part (the rest of it is in records.h) */
 extern char *IdemExtensionVersion(const char *extname, Oid *nspid);
+extern bool IdemCatalogIsPrevious(void);
 pg_noreturn extern void IdemReportMissingTable(const char *relname);
 
 /*

@@ -146,6 +146,7 @@ typedef struct MaintCatalog
 	Oid			keys_relid;
 	Oid			expires_indexid;	/* idem_keys_expires_at_idx */
 	Oid			reconcilers_relid;
+	bool		registered_by;	/* idem_reconcilers has the column */
 	SPIPlanPtr	plans[NUM_MPLANS];
 } MaintCatalog;
 
@@ -178,7 +179,10 @@ typedef struct PassState
 
 /*
  * SQL texts; %1$s is the quoted schema of the extension, %2$s the relation
- * maintained: idem_keys, or with Citus one of its shards on this node
+ * maintained: idem_keys, or with Citus one of its shards on this node, %3$s
+ * the registrar of a reconciler: r.registered_by, or in the previous
+ * release's catalog, which lacks that column, 0 (taken as run_as, as the
+ * update leaves it: reconcile.c)
  */
 static const char *const mplan_sql[NUM_MPLANS] = {
 	[MPLAN_ANY_RECONCILER] =
@@ -186,12 +190,12 @@ static const char *const mplan_sql[NUM_MPLANS] = {
 	[MPLAN_STUCK_LIST] =
 	"SELECT k.scope::pg_catalog.text, k.operation::pg_catalog.text,"
 	" k.key::pg_catalog.text, r.handler::pg_catalog.text,"
-	" r.run_as::pg_catalog.oid, r.registered_by::pg_catalog.oid"
+	" r.run_as::pg_catalog.oid, %3$s"
 	" FROM %2$s k JOIN %1$s.idem_reconcilers r"
 	" ON r.operation OPERATOR(pg_catalog.=) k.operation"
 	" WHERE k.status OPERATOR(pg_catalog.=) 'stuck'::pg_catalog.text"
 	" AND k.scope IS NOT NULL AND k.key IS NOT NULL AND r.handler IS NOT NULL"
-	" AND r.run_as IS NOT NULL AND r.registered_by IS NOT NULL"
+	" AND r.run_as IS NOT NULL AND %3$s IS NOT NULL"
 	" ORDER BY k.updated_at, k.scope, k.operation, k.key LIMIT $1",
 	[MPLAN_STUCK_ROW] =
 	"SELECT ROW(k.*)::%1$s.idem_keys FROM %2$s k"
@@ -359,6 +363,26 @@ ExpiryIndex(Relation rel, AttrNumber expires_at)
 }
 
 /*
+ * Does idem_reconcilers have its column registered_by?  The previous
+ * release's catalog has none (served as it is until ALTER EXTENSION
+ * UPDATE); any other catalog without it is an error.
+ */
+static bool
+RegisteredByColumn(Oid reconcilers)
+{
+	if (get_attnum(reconcilers, "registered_by") != InvalidAttrNumber)
+		return true;
+	if (IdemCatalogIsPrevious())
+		return false;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("table \"idem_reconcilers\" has no column \"registered_by\""),
+			 errdetail("The extension needs column \"registered_by\" of type regrole, the role that registered each reconciler."),
+			 errhint("Run ALTER EXTENSION idempotency UPDATE if the catalog is older than the library; otherwise register the reconcilers again after adding the column back.")));
+	return false;				/* keep compiler quiet */
+}
+
+/*
  * Find the extension's tables and lock the relation maintained for this
  * unit of work (records.c checks its layout): relid, one of
  * IdemRecordsLocalShards, or idem_keys itself when InvalidOid.  With nspid
@@ -376,6 +400,7 @@ OpenCatalog(Oid nspid, Oid relid)
 	Oid			keys;
 	Oid			expires;
 	Oid			reconcilers;
+	bool		registered_by;
 	int			i;
 
 	if (quiet)
@@ -409,9 +434,11 @@ OpenCatalog(Oid nspid, Oid relid)
 	}
 	if (!OidIsValid(expires))
 		ReportMissingExpiryIndex(nspid);
+	registered_by = RegisteredByColumn(reconcilers);
 
 	if (cat->nspid != nspid || cat->keys_relid != keys ||
-		cat->expires_indexid != expires || cat->reconcilers_relid != reconcilers)
+		cat->expires_indexid != expires || cat->reconcilers_relid != reconcilers ||
+		cat->registered_by != registered_by)
 	{
 		for (i = 0; i < NUM_MPLANS; i++)
 		{
@@ -423,6 +450,7 @@ OpenCatalog(Oid nspid, Oid relid)
 		cat->keys_relid = keys;
 		cat->expires_indexid = expires;
 		cat->reconcilers_relid = reconcilers;
+		cat->registered_by = registered_by;
 	}
 	return true;
 }
@@ -442,7 +470,8 @@ GetPlan(MaintPlan which)
 		char	   *nspname = get_namespace_name(cat->nspid);
 		char	   *sql = psprintf(mplan_sql[which], quote_identifier(nspname),
 									   quote_qualified_identifier(get_namespace_name(get_rel_namespace(cat->keys_relid)),
-																  get_rel_name(cat->keys_relid)));
+																  get_rel_name(cat->keys_relid)),
+									   cat->registered_by ? "r.registered_by::pg_catalog.oid" : "0::pg_catalog.oid");
 		SPIPlanPtr	plan;
 
 		plan = SPI_prepare_cursor(sql, mplan_nargs[which],

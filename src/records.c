@@ -23,9 +23,11 @@
  * changes), and so is the primary key on (scope, operation, key).  A
  * dropped, retyped, nullable or unexpected column, or a missing primary
  * key, is an ERROR 55000 that names the column and what is expected, from
- * every function, before anything is read or written.  Against an older
- * catalog (ALTER EXTENSION UPDATE not yet run) the hint says to update it.
- * Each open IdemTable has its own copy of the column numbers.
+ * every function, before anything is read or written.  The previous
+ * release's catalog (IDEM_PREVIOUS_VERSION, before ALTER EXTENSION UPDATE)
+ * is served as it is: the columns new in this release are left out of
+ * every read and write.  Against an older catalog the hint says to update
+ * it.  Each open IdemTable has its own copy of the column numbers.
  *
  * The writes: ExecSimpleRelationInsert/Update/Delete with a ResultRelInfo
  * and an EState of their own, as the logical apply worker writes, so CHECK
@@ -95,29 +97,33 @@
 /*
  * Name and type of each column the extension reads and writes, and whether
  * it must be NOT NULL: the code reads those without looking for a null (the
- * key columns are NOT NULL as the primary key's).
+ * key columns are NOT NULL as the primary key's); and whether it is new in
+ * this release: the previous release's catalog lacks it, and is served
+ * without it (IDEM_PREVIOUS_VERSION).
  */
 typedef struct IdemColumnDef
 {
 	const char *name;
 	Oid			type;
 	bool		notnull;
+	bool		new_here;
 } IdemColumnDef;
 
 static const IdemColumnDef idem_columns[IDEM_NUM_COLUMNS] = {
-	[COL_SCOPE] = {"scope", TEXTOID, false},
-	[COL_OPERATION] = {"operation", TEXTOID, false},
-	[COL_KEY] = {"key", TEXTOID, false},
-	[COL_REQUEST_HASH] = {"request_hash", BYTEAOID, false},
-	[COL_STATUS] = {"status", TEXTOID, true},
-	[COL_RESPONSE_STATUS] = {"response_status", INT4OID, false},
-	[COL_RESPONSE] = {"response", JSONBOID, false},
-	[COL_RESOURCE_ID] = {"resource_id", TEXTOID, false},
-	[COL_RECOVERY_POINT] = {"recovery_point", TEXTOID, false},
-	[COL_CREATED_AT] = {"created_at", TIMESTAMPTZOID, true},
-	[COL_UPDATED_AT] = {"updated_at", TIMESTAMPTZOID, true},
-	[COL_EXPIRES_AT] = {"expires_at", TIMESTAMPTZOID, true},
-	[COL_TTL] = {"ttl", INTERVALOID, false},
+	[COL_SCOPE] = {"scope", TEXTOID, false, false},
+	[COL_OPERATION] = {"operation", TEXTOID, false, false},
+	[COL_KEY] = {"key", TEXTOID, false, false},
+	[COL_REQUEST_HASH] = {"request_hash", BYTEAOID, false, false},
+	[COL_STATUS] = {"status", TEXTOID, true, false},
+	[COL_RESPONSE_STATUS] = {"response_status", INT4OID, false, false},
+	[COL_RESPONSE] = {"response", JSONBOID, false, false},
+	[COL_RESOURCE_ID] = {"resource_id", TEXTOID, false, false},
+	[COL_RECOVERY_POINT] = {"recovery_point", TEXTOID, false, false},
+	[COL_CREATED_AT] = {"created_at", TIMESTAMPTZOID, true, false},
+	[COL_UPDATED_AT] = {"updated_at", TIMESTAMPTZOID, true, false},
+	[COL_EXPIRES_AT] = {"expires_at", TIMESTAMPTZOID, true, false},
+	/* NULL or absent: the ttl is expires_at - created_at (keys.c) */
+	[COL_TTL] = {"ttl", INTERVALOID, false, true},
 };
 
 /*
@@ -370,10 +376,19 @@ QualifiedName(Relation rel)
 									  RelationGetRelationName(rel));
 }
 
+/* Is the installed catalog the previous release's, which this library serves? */
+bool
+IdemCatalogIsPrevious(void)
+{
+	char	   *installed = IdemExtensionVersion(IDEM_EXTENSION_NAME, NULL);
+
+	return installed != NULL && strcmp(installed, IDEM_PREVIOUS_VERSION) == 0;
+}
+
 /*
  * Raise the error for a column of the install script that idem_keys lacks.
- * When the catalog is of another version than this library (ALTER
- * EXTENSION UPDATE not run yet), updating it is the remedy.
+ * When the catalog is older than the previous release (which this library
+ * serves as it is), updating it is the remedy.
  */
 pg_noreturn static void
 ReportMissingColumn(Relation rel, IdemColumn col)
@@ -382,7 +397,8 @@ ReportMissingColumn(Relation rel, IdemColumn col)
 	char	   *type = format_type_be(idem_columns[col].type);
 	char	   *installed = IdemExtensionVersion(IDEM_EXTENSION_NAME, NULL);
 
-	if (installed != NULL && strcmp(installed, IDEM_VERSION) != 0)
+	if (installed != NULL && strcmp(installed, IDEM_VERSION) != 0 &&
+		strcmp(installed, IDEM_PREVIOUS_VERSION) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("table \"idem_keys\" has no column \"%s\"", name),
@@ -506,8 +522,14 @@ ResolveLayout(Relation rel)
 		attnum[c] = att->attnum;
 	}
 	for (c = 0; c < IDEM_NUM_COLUMNS; c++)
-		if (attnum[c] == 0)
-			ReportMissingColumn(rel, (IdemColumn) c);
+	{
+		if (attnum[c] != 0)
+			continue;
+		/* Left absent (attnum 0): not read, not written */
+		if (idem_columns[c].new_here && IdemCatalogIsPrevious())
+			continue;
+		ReportMissingColumn(rel, (IdemColumn) c);
+	}
 
 	pkey = IdemPrimaryKeyIndex(rel);
 	if (!OidIsValid(pkey) || !PrimaryKeyMatches(pkey, attnum))
@@ -768,7 +790,7 @@ IdemRecordsFromSlot(IdemTable *table, TupleTableSlot *slot, Snapshot snapshot,
 	rec->created_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_CREATED_AT));
 	rec->updated_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_UPDATED_AT));
 	rec->expires_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_EXPIRES_AT));
-	if (!SlotColumnIsNull(table, slot, COL_TTL))
+	if (table->attnum[COL_TTL] != 0 && !SlotColumnIsNull(table, slot, COL_TTL))
 	{
 		rec->ttl = palloc(sizeof(Interval));
 		memcpy(rec->ttl, DatumGetIntervalP(SlotColumn(table, slot, COL_TTL)), sizeof(Interval));
@@ -1014,7 +1036,8 @@ StoreRow(IdemTable *table, TupleTableSlot *slot, IdemRow *row)
 
 	for (c = 0; c < IDEM_NUM_COLUMNS; c++)
 	{
-		if (!row->set[c])
+		/* A column the previous release's catalog lacks is not written */
+		if (!row->set[c] || table->attnum[c] == 0)
 			continue;
 		slot->tts_values[table->attnum[c] - 1] = row->values[c];
 		slot->tts_isnull[table->attnum[c] - 1] = row->isnull[c];

@@ -75,7 +75,9 @@ typedef struct IdemTable
 	Relation	rel;
 	LOCKMODE	lockmode;
 	AttrNumber	attnum[IDEM_NUM_COLUMNS];	/* attribute number of each
-											 * IdemColumn */
+											 * IdemColumn; 0: absent from
+											 * the previous release's
+											 * catalog */
 	Oid			pkey;			/* the primary key (scope, operation, key) */
 } IdemTable;
 

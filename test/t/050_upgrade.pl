@@ -1,26 +1,34 @@
-# ALTER EXTENSION idempotency UPDATE from release 0.1.0 keeps every record
-# with its meaning and every reconciler, and leaves the same catalog as a
-# fresh install of the current version.  Before the update, the current
-# library against the 0.1.0 catalog answers with a clean ERROR whose hint is
-# ALTER EXTENSION idempotency UPDATE, never a crash.
+# Upgrading from release 0.1.0 is no outage, and ALTER EXTENSION
+# idempotency UPDATE keeps every record with its meaning and every
+# reconciler, and leaves the same catalog as a fresh install of the current
+# version.
+#
+# The new library (installed, and preloaded from the start as after the
+# restart a package upgrade needs) serves the 0.1.0 catalog unchanged until
+# the update: every function and the background worker work on it, and a
+# storm of concurrent clients (test/scripts/storm.sh's) sees no error and
+# runs no effect twice, before the update, while it runs, and after it.
 #
 # The records are written as release 0.1.0 wrote them, column for column,
 # into the table its install script (idempotency--0.1.0.sql, kept as
-# released) created: this library cannot write them itself, since it refuses
-# the older table, and 0.1.0's library is not installed next to it.
+# released) created: 0.1.0's library is not installed next to this one.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 
 my $node = PostgreSQL::Test::Cluster->new('upgrade');
 $node->init;
-# The worker stays off: the test calls the maintenance itself
+# The worker stays off but where the test says: it calls the maintenance
+# itself
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
 idempotency.enabled = off
 idempotency.processing_timeout = '1h'
+idempotency.sweep_interval = '100ms'
+max_connections = 40
 });
 $node->start;
 
@@ -68,55 +76,159 @@ VALUES
 
 INSERT INTO idem_reconcilers (operation, handler, run_as)
 VALUES ('pay', 'public.reconcile_charge(public.idem_keys)', current_user::regrole);
+
+CREATE FUNCTION served_echo(request jsonb) RETURNS jsonb
+LANGUAGE sql SET search_path = public AS 'SELECT request';
 });
 
-# The current library against the 0.1.0 catalog: every function that reads
-# or writes the records refuses cleanly and says how to update
-my @calls = (
-	q{SELECT * FROM idem_reserve('pay', 'k-done', '{"amount": 10}')},
-	q{SELECT * FROM idem_reserve('pay', 'k-new', '{"amount": 40}')},
-	q{SELECT idem_complete('pay', 'k-open', '{"id": 2}', 201)},
-	q{SELECT idem_checkpoint('pay', 'k-open', 'again')},
-	q{SELECT idem_release('pay', 'k-open')},
-	q{SELECT * FROM idem_lookup('pay', 'k-done')},
-	q{SELECT idem_sweep()},
-	q{SELECT idem_flag_stuck()},
-	q{SELECT idem_reconcile()},
-	q{CALL idem_maintain()});
-foreach my $sql (@calls)
+# A storm: pgbench clients at READ COMMITTED and REPEATABLE READ reserve
+# keys of their own operation (storm-RUN), insert an effect for each new one and
+# complete it, or roll back.  Returns the clients, to finish with
+# storm_finish: none may fail, and every completed key has exactly one
+# effect.
+my $storm_script = $node->basedir . '/storm.sql';
+PostgreSQL::Test::Utils::append_to_file($storm_script, q{
+\set k random(1, 200)
+\set rb random(0, 3)
+BEGIN;
+SELECT (outcome = 'new') AS is_new FROM idem_reserve('storm-' || :run, 'key-' || :k, jsonb_build_object('k', :k)) \gset
+\if :is_new
+INSERT INTO storm_effects (op, k) VALUES ('storm-' || :run, :k);
+SELECT idem_complete('storm-' || :run, 'key-' || :k, jsonb_build_object('charged', :k), 201);
+\endif
+\if :rb = 0
+ROLLBACK;
+\else
+COMMIT;
+\endif
+});
+$node->safe_psql('old', 'CREATE TABLE storm_effects (op text NOT NULL, k int NOT NULL)');
+
+sub storm_start
 {
-	my ($rc, $out, $err) = $node->psql('old', "\\set VERBOSITY verbose\n$sql");
-	isnt($rc, 0, "at 0.1.0, $sql fails");
-	like($err, qr/ERROR:  55000: .*\n(?:.*\n)*HINT:  .*ALTER EXTENSION idempotency UPDATE/,
-		"and its hint is ALTER EXTENSION idempotency UPDATE");
+	my ($run, $transactions) = @_;
+	my @runs;
+	foreach my $iso ('read committed', 'repeatable read')
+	{
+		my ($out, $err) = ('', '');
+		(my $value = $iso) =~ s/ /\\ /g;
+		local $ENV{PGOPTIONS} = "-c default_transaction_isolation=$value";
+		my $h = IPC::Run::start(
+			[ 'pgbench', '-n', '-c', '4', '-j', '2', '-t', $transactions,
+			  '--max-tries=1000', '-D', "run=$run", '-f', $storm_script,
+			  '-h', $node->host, '-p', $node->port, 'old' ],
+			'>', \$out, '2>', \$err);
+		push @runs, [ $iso, $h, \$out, \$err ];
+	}
+	return \@runs;
 }
 
-# Whatever else the old catalog calls (the statistics, the canonical form)
-# either works or fails cleanly: the server never goes down
-foreach my $sql (q{SELECT count(*) FROM idem_stats}, q{SELECT idem_stats_reset()},
-	q{SELECT idem_canonical('{"b": 1, "a": 2}')}, q{SELECT count(*) FROM idem_stuck})
+sub storm_finish
 {
-	$node->psql('old', $sql);
+	my ($run, $runs, $when) = @_;
+	my $op = "storm-$run";
+	foreach my $r (@$runs)
+	{
+		my ($iso, $h, $out, $err) = @$r;
+		my $ok = $h->finish;
+		ok($ok && $$out !~ /number of failed transactions: [1-9]/ && $$err !~ /ERROR|aborted/,
+			"$when: the $iso clients saw no error")
+		  or diag("stdout:\n$$out\nstderr:\n$$err");
+	}
+	is($node->safe_psql('old', qq{
+		SELECT (SELECT count(*) FROM storm_effects WHERE op = '$op') || ' '
+			|| (SELECT count(*) FROM (SELECT k FROM storm_effects WHERE op = '$op'
+				GROUP BY k HAVING count(*) > 1) d) || ' '
+			|| (SELECT count(*) FROM storm_effects e WHERE op = '$op' AND NOT EXISTS
+				(SELECT FROM idem_keys i WHERE i.operation = '$op' AND i.key = 'key-' || e.k
+					AND i.status = 'completed')) || ' '
+			|| (SELECT count(*) FROM idem_keys i WHERE operation = '$op' AND
+				(status <> 'completed' OR NOT EXISTS (SELECT FROM storm_effects e
+					WHERE e.op = '$op' AND i.key = 'key-' || e.k)))}),
+		'200 0 0 0',
+		"$when: every one of 200 keys was charged exactly once, and completed");
 }
-# So does the background worker's pass over the 0.1.0 catalog
-my $offset = -s $node->logfile;
-$node->append_conf('postgresql.conf', "idempotency.enabled = on\nidempotency.sweep_interval = '100ms'");
+
+# The current library serves the 0.1.0 catalog: every record keeps its
+# meaning, every function of 0.1.0 works
+is($node->safe_psql('old', q{
+	SELECT outcome || ' ' || http_status || ' ' || response::text || ' ' || resource_id
+	FROM idem_reserve('pay', 'k-done', '{"amount": 10}')}),
+	'replay 201 {"id": 1, "status": "paid"} r-1',
+	'at 0.1.0, a completed key replays');
+is($node->safe_psql('old', q{
+	SELECT outcome FROM idem_reserve('pay', 'k-done', '{"amount": 11}')}),
+	'mismatch', 'at 0.1.0, a different request is a mismatch');
+is($node->safe_psql('old', q{
+	SELECT outcome || ' ' || http_status FROM idem_reserve('pay', 'k-open', '{"amount": 20}')}),
+	'in_progress 409', 'at 0.1.0, a processing key answers in_progress');
+is($node->safe_psql('old', q{
+	SELECT outcome || ' ' || recovery_point FROM idem_reserve('pay', 'k-stuck', '{"amount": 30}')}),
+	'stuck charge-sent', 'at 0.1.0, a stuck key is stuck');
+is($node->safe_psql('old', q{
+	BEGIN;
+	SELECT outcome FROM idem_reserve('served', 'k1', '{"n": 1}', ttl => '2 hours');
+	SELECT idem_checkpoint('served', 'k1', 'half');
+	SELECT idem_complete('served', 'k1', '{"n": 1}', 201, 'r-k1');
+	COMMIT;
+	SELECT outcome || ' ' || response::text FROM idem_reserve('served', 'k1', '{"n": 1}');
+	SELECT round(extract(epoch FROM expires_at - updated_at)) FROM idem_lookup('served', 'k1');
+	SELECT idem_release('served', 'nothing');
+	SELECT idem_consume('served-consumer', 'm1') || ' ' || idem_consume('served-consumer', 'm1');
+	SELECT idem_call('served', 'c1', '{"n": 2}', 'served_echo(jsonb)');
+	SELECT idem_sweep() || ' ' || idem_flag_stuck();
+	CALL idem_maintain();
+	SELECT count(*) FROM idem_stats WHERE operation = 'served';
+	SELECT idem_canonical('{"b": 1, "a": 2}');}),
+	"new\n\n\nreplay {\"n\": 1}\n7200\nf\ntrue false\n{\"n\": 2}\n0 0\n1\n{\"a\":2,\"b\":1}",
+	'at 0.1.0, reserve, checkpoint, complete (ttl from completion), release, consume, call, sweep, flag, maintain, statistics and canonical form work');
+
+# A storm against the 0.1.0 catalog
+storm_finish(1, storm_start(1, 300), 'at 0.1.0');
+
+# The background worker serves the 0.1.0 catalog: it sweeps an expired
+# record, flags an overdue processing one stuck and calls the reconciler
+# registered at 0.1.0 for the stuck one
+$node->safe_psql('old', q{
+INSERT INTO idem_keys (scope, operation, key, request_hash, status,
+	response_status, response, created_at, updated_at, expires_at)
+VALUES
+	('', 'late', 'k-expired', NULL, 'completed', 200, '{}',
+	 now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'),
+	('', 'late', 'k-late', NULL, 'processing', NULL, NULL,
+	 now() - interval '2 hours', now() - interval '2 hours', now() + interval '1 day');
+});
+$node->append_conf('postgresql.conf', 'idempotency.enabled = on');
 $node->reload;
-$node->wait_for_log(qr/HINT:  Run ALTER EXTENSION idempotency UPDATE/, $offset);
-pass('the worker\'s pass over the 0.1.0 catalog fails with the same hint');
+ok($node->poll_query_until('old', q{
+	SELECT NOT EXISTS (SELECT FROM idem_keys WHERE key = 'k-expired')
+		AND EXISTS (SELECT FROM idem_keys WHERE key = 'k-late' AND status = 'stuck')
+		AND EXISTS (SELECT FROM idem_keys WHERE scope = '' AND key = 'k-stuck' AND status = 'completed')}),
+	'at 0.1.0, the worker sweeps, flags and reconciles');
 $node->append_conf('postgresql.conf', 'idempotency.enabled = off');
 $node->reload;
+is($node->safe_psql('old', q{
+	SELECT outcome || ' ' || http_status || ' ' || response::text
+	FROM idem_reserve('pay', 'k-stuck', '{"amount": 30}')}),
+	'replay 201 {"by": "reconciler", "charged": "k-stuck"}',
+	'what the 0.1.0 reconciler stored replays');
+is($node->safe_psql('old', 'SELECT count(*) FROM charges'), '1', 'with one charge, as before');
+unlike(slurp_file($node->logfile),
+	qr/ERROR:  (?!could not serialize)|terminated by signal|server process .* was terminated/,
+	'at 0.1.0, no error in the server log (but the storm\'s retried serialization failures) and no backend crashed');
 
-is($node->safe_psql('old', 'SELECT 1'), '1', 'the server is up after every call against 0.1.0');
-unlike(slurp_file($node->logfile), qr/terminated by signal|server process .* was terminated/,
-	'no backend crashed');
-is($node->safe_psql('old', 'SELECT count(*) FROM idem_keys'), '4',
-	'and no record changed: four');
-
-# The update
+# The update, while a storm runs: the storm waits for the update's
+# catalog changes at most, and goes on against the new catalog
+my $during = storm_start(2, 300);
 $node->safe_psql('old', 'ALTER EXTENSION idempotency UPDATE');
 is($node->safe_psql('old', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	$current, "updated to $current");
+	$current, "updated to $current while the storm ran");
+storm_finish(2, $during, 'during the update');
+# The step of the README's "Upgrading" that the update leaves out, so that
+# no writer waits for an index build
+$node->safe_psql('old', q{CREATE INDEX CONCURRENTLY idem_keys_processing_idx
+	ON idem_keys (created_at) WHERE status = 'processing'});
+storm_finish(3, storm_start(3, 300), "at $current");
 $node->safe_psql('old', 'SELECT idem_stats_reset()');
 
 # Every record keeps its meaning
@@ -137,27 +249,33 @@ is($node->safe_psql('old', q{
 	SELECT outcome || ' ' || http_status FROM idem_reserve('pay', 'k-open', '{"amount": 20}')}),
 	'in_progress 409', 'a processing key answers in_progress');
 is($node->safe_psql('old', q{
-	SELECT outcome || ' ' || recovery_point FROM idem_reserve('pay', 'k-stuck', '{"amount": 30}')}),
-	'stuck charge-sent', 'a stuck key is still stuck, with its recovery point');
-
-# The reconciler registered at 0.1.0 still runs, and settles the stuck key
-is($node->safe_psql('old', 'SELECT idem_reconcile()'), '1', 'the 0.1.0 reconciler is called');
+	SELECT outcome FROM idem_reserve('late', 'k-late')}),
+	'stuck', 'a stuck key is still stuck');
 is($node->safe_psql('old', q{
 	SELECT outcome || ' ' || http_status || ' ' || response::text
 	FROM idem_reserve('pay', 'k-stuck', '{"amount": 30}')}),
 	'replay 201 {"by": "reconciler", "charged": "k-stuck"}',
+	'the reconciled key still replays');
+
+# The reconciler registered at 0.1.0 still runs
+$node->safe_psql('old', q{
+	INSERT INTO charges VALUES ('k-open', 20);
+	UPDATE idem_keys SET status = 'stuck' WHERE scope = '' AND key = 'k-open';});
+is($node->safe_psql('old', 'SELECT idem_reconcile()'), '1', 'the 0.1.0 reconciler is called');
+is($node->safe_psql('old', q{
+	SELECT outcome || ' ' || http_status || ' ' || response::text
+	FROM idem_reserve('pay', 'k-open', '{"amount": 20}')}),
+	'replay 201 {"by": "reconciler", "charged": "k-open"}',
 	'and what it stored replays');
-is($node->safe_psql('old', 'SELECT count(*) FROM charges'), '1', 'with one charge, as before');
 
 # Records reserved at 0.1.0 expire their ttl after completion, as new ones
-# do: the library counts the ttl they were reserved with (expires_at -
-# created_at; the update writes no row, so their ttl column stays NULL)
-$node->safe_psql('old', q{SELECT idem_complete('pay', 'k-open', '{"id": 2}', 201)});
+# do: the update leaves their ttl NULL, and the library counts the one they
+# were reserved with (expires_at - created_at)
 is($node->safe_psql('old', q{
-	SELECT string_agg(key || ' ' || coalesce(ttl::text, 'no ttl') || ', expires '
+	SELECT string_agg(key || ' ' || coalesce(ttl::text, 'null') || ', expires '
 		|| round(extract(epoch FROM expires_at - updated_at) / 60) || ' min later', '; ' ORDER BY key)
 	FROM idem_keys WHERE scope = '' AND key IN ('k-open', 'k-stuck')}),
-	'k-open no ttl, expires 1441 min later; k-stuck no ttl, expires 1560 min later',
+	'k-open null, expires 1441 min later; k-stuck null, expires 1560 min later',
 	'a processing and a stuck record of 0.1.0 expire their ttl after completion');
 
 # New keys work, and the statistics count every call since the reset
@@ -172,7 +290,7 @@ is($node->safe_psql('old', q{
 	SELECT reserves || ' ' || "new" || ' ' || replays || ' ' || in_progress || ' '
 		|| mismatches || ' ' || stuck || ' ' || completes
 	FROM idem_stats WHERE operation = 'pay'}),
-	'8 1 4 1 1 1 3', 'the statistics count the calls made since the update');
+	'8 1 5 1 1 0 2', 'the statistics count the calls made since the update');
 
 # The updated catalog is the one a fresh install creates: every object of
 # the extension, every column, constraint, index, trigger, view, routine,
