@@ -82,26 +82,11 @@ LANGUAGE sql SET search_path = public AS 'SELECT request';
 });
 
 # A storm: pgbench clients at READ COMMITTED and REPEATABLE READ reserve
-# keys of their own operation (storm-RUN), insert an effect for each new one and
-# complete it, or roll back.  Returns the clients, to finish with
-# storm_finish: none may fail, and every completed key has exactly one
-# effect.
-my $storm_script = $node->basedir . '/storm.sql';
-PostgreSQL::Test::Utils::append_to_file($storm_script, q{
-\set k random(1, 200)
-\set rb random(0, 3)
-BEGIN;
-SELECT (outcome = 'new') AS is_new FROM idem_reserve('storm-' || :run, 'key-' || :k, jsonb_build_object('k', :k)) \gset
-\if :is_new
-INSERT INTO storm_effects (op, k) VALUES ('storm-' || :run, :k);
-SELECT idem_complete('storm-' || :run, 'key-' || :k, jsonb_build_object('charged', :k), 201);
-\endif
-\if :rb = 0
-ROLLBACK;
-\else
-COMMIT;
-\endif
-});
+# 200 keys of their own operation (storm-RUN), insert an effect for each
+# new one and complete it, or roll back (test/scripts/lib/storm.pgbench).
+# storm_start returns the clients, to finish with storm_finish: none may
+# fail, and every completed key has exactly one effect.
+my $storm_script = 'test/scripts/lib/storm.pgbench';
 $node->safe_psql('old', 'CREATE TABLE storm_effects (op text NOT NULL, k int NOT NULL)');
 
 sub storm_start
@@ -115,7 +100,7 @@ sub storm_start
 		local $ENV{PGOPTIONS} = "-c default_transaction_isolation=$value";
 		my $h = IPC::Run::start(
 			[ 'pgbench', '-n', '-c', '4', '-j', '2', '-t', $transactions,
-			  '--max-tries=1000', '-D', "run=$run", '-f', $storm_script,
+			  '--max-tries=1000', '-D', "op=storm-$run", '-D', 'keys=200', '-f', $storm_script,
 			  '-h', $node->host, '-p', $node->port, 'old' ],
 			'>', \$out, '2>', \$err);
 		push @runs, [ $iso, $h, \$out, \$err ];
@@ -149,22 +134,35 @@ sub storm_finish
 		"$when: every one of 200 keys was charged exactly once, and completed");
 }
 
+# The records written at 0.1.0 keep their meaning; $stuck is a call that
+# must answer stuck now
+sub check_meaning
+{
+	my ($when, $stuck, $stuck_answer) = @_;
+	is($node->safe_psql('old', q{
+		SELECT outcome || ' ' || http_status || ' ' || response::text || ' ' || resource_id
+		FROM idem_reserve('pay', 'k-done', '{"amount": 10}')}),
+		'replay 201 {"id": 1, "status": "paid"} r-1',
+		"$when, a completed key replays the same response");
+	is($node->safe_psql('old', q{
+		SELECT outcome || ' ' || http_status || ' ' || response::text
+		FROM idem_reserve('pay', 'k-done', '{"amount": 10}', scope => 'acct-2')}),
+		'replay 402 {"error": "declined"}',
+		"$when, so does its namesake in another scope, with its own response");
+	is($node->safe_psql('old', q{
+		SELECT outcome FROM idem_reserve('pay', 'k-done', '{"amount": 11}')}),
+		'mismatch', "$when, a different request for it is a mismatch");
+	is($node->safe_psql('old', q{
+		SELECT outcome || ' ' || http_status FROM idem_reserve('pay', 'k-open', '{"amount": 20}')}),
+		'in_progress 409', "$when, a processing key answers in_progress");
+	is($node->safe_psql('old', $stuck), $stuck_answer, "$when, a stuck key is stuck");
+}
+
 # The current library serves the 0.1.0 catalog: every record keeps its
 # meaning, every function of 0.1.0 works
-is($node->safe_psql('old', q{
-	SELECT outcome || ' ' || http_status || ' ' || response::text || ' ' || resource_id
-	FROM idem_reserve('pay', 'k-done', '{"amount": 10}')}),
-	'replay 201 {"id": 1, "status": "paid"} r-1',
-	'at 0.1.0, a completed key replays');
-is($node->safe_psql('old', q{
-	SELECT outcome FROM idem_reserve('pay', 'k-done', '{"amount": 11}')}),
-	'mismatch', 'at 0.1.0, a different request is a mismatch');
-is($node->safe_psql('old', q{
-	SELECT outcome || ' ' || http_status FROM idem_reserve('pay', 'k-open', '{"amount": 20}')}),
-	'in_progress 409', 'at 0.1.0, a processing key answers in_progress');
-is($node->safe_psql('old', q{
-	SELECT outcome || ' ' || recovery_point FROM idem_reserve('pay', 'k-stuck', '{"amount": 30}')}),
-	'stuck charge-sent', 'at 0.1.0, a stuck key is stuck');
+check_meaning('at 0.1.0',
+	q{SELECT outcome || ' ' || recovery_point FROM idem_reserve('pay', 'k-stuck', '{"amount": 30}')},
+	'stuck charge-sent');
 is($node->safe_psql('old', q{
 	BEGIN;
 	SELECT outcome FROM idem_reserve('served', 'k1', '{"n": 1}', ttl => '2 hours');
@@ -232,25 +230,7 @@ storm_finish(3, storm_start(3, 300), "at $current");
 $node->safe_psql('old', 'SELECT idem_stats_reset()');
 
 # Every record keeps its meaning
-is($node->safe_psql('old', q{
-	SELECT outcome || ' ' || http_status || ' ' || response::text || ' ' || resource_id
-	FROM idem_reserve('pay', 'k-done', '{"amount": 10}')}),
-	'replay 201 {"id": 1, "status": "paid"} r-1',
-	'a completed key replays the same response');
-is($node->safe_psql('old', q{
-	SELECT outcome || ' ' || http_status || ' ' || response::text
-	FROM idem_reserve('pay', 'k-done', '{"amount": 10}', scope => 'acct-2')}),
-	'replay 402 {"error": "declined"}',
-	'and so does its namesake in another scope, with its own response');
-is($node->safe_psql('old', q{
-	SELECT outcome FROM idem_reserve('pay', 'k-done', '{"amount": 11}')}),
-	'mismatch', 'a different request for it is a mismatch');
-is($node->safe_psql('old', q{
-	SELECT outcome || ' ' || http_status FROM idem_reserve('pay', 'k-open', '{"amount": 20}')}),
-	'in_progress 409', 'a processing key answers in_progress');
-is($node->safe_psql('old', q{
-	SELECT outcome FROM idem_reserve('late', 'k-late')}),
-	'stuck', 'a stuck key is still stuck');
+check_meaning("at $current", q{SELECT outcome FROM idem_reserve('late', 'k-late')}, 'stuck');
 is($node->safe_psql('old', q{
 	SELECT outcome || ' ' || http_status || ' ' || response::text
 	FROM idem_reserve('pay', 'k-stuck', '{"amount": 30}')}),
