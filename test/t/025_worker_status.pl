@@ -290,8 +290,8 @@ set_conf('idempotency.enabled = on');
 
 # Updated from 0.1.0: the same view, function and grants
 $node->safe_psql('postgres', 'CREATE DATABASE old');
-# (in one transaction: CREATE EXTENSION brings the worker at once, and this
-# library refuses the 0.1.0 catalog)
+# (in one transaction; test/t/050_upgrade.pl has the worker serve the 0.1.0
+# catalog in between)
 $node->safe_psql('old', q{
 BEGIN;
 CREATE EXTENSION idempotency VERSION '0.1.0';
