@@ -365,12 +365,76 @@ RESET ROLE;
 SELECT count(*) AS reserved FROM idem_keys WHERE operation = 'rc-call';
 SELECT 1 AS alive;
 
+--
+-- 6. The extension's schema is on the pinned search_path: a role that may
+--    not act as the run-as role and may create there (granted CREATE, as
+--    PUBLIC, or as its owner) could plant a better match for a call in the
+--    reconciler; the reconciler is skipped with a WARNING that names the
+--    schema and the role, and so it is while a function or operator such a
+--    role planted is still there
+--
+DROP FUNCTION rc_member_reconcile(idem_keys);
+REVOKE CREATE ON SCHEMA public FROM regress_rc_member;
+SELECT count(*) AS foreign_objects FROM pg_proc
+WHERE pronamespace = 'public'::regnamespace
+	AND NOT (SELECT rolsuper FROM pg_roles WHERE oid = proowner);
+-- A superuser's reconciler that calls idem_complete without a schema and
+-- with a string literal as the response
+CREATE FUNCTION rc_complete_literal(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM idem_complete(r.operation, r.key, '{"by": "reconciler"}', 200, NULL, r.scope);
+END $$;
+SELECT idem_set_reconciler('rc-pay', 'rc_complete_literal(idem_keys)');
+SELECT rc_stuck('s1');
+-- ... CREATE granted to a role that may not become the superuser
+GRANT CREATE ON SCHEMA public TO regress_rc_maint;
+SELECT idem_reconcile();
+-- ... which plants an overload that a text literal matches better
+SET ROLE regress_rc_maint;
+CREATE FUNCTION public.idem_complete(operation text, key text, response text,
+	response_status integer, resource_id text, scope text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	ALTER ROLE regress_rc_maint SUPERUSER;
+END $$;
+SELECT idem_reconcile();
+CALL idem_maintain();
+RESET ROLE;
+SELECT idem_reconcile();
+-- ... and keeps it after CREATE is revoked
+REVOKE CREATE ON SCHEMA public FROM regress_rc_maint;
+SELECT idem_reconcile();
+SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_maint';
+SELECT rc_status('s1') AS s1;
+DROP FUNCTION public.idem_complete(text, text, text, integer, text, text);
+-- ... CREATE granted to PUBLIC (a cluster upgraded from PostgreSQL 14)
+GRANT CREATE ON SCHEMA public TO PUBLIC;
+SELECT idem_reconcile();
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+-- ... the schema's owner
+ALTER SCHEMA public OWNER TO regress_rc_maint;
+SELECT idem_reconcile();
+ALTER SCHEMA public OWNER TO pg_database_owner;
+-- ... none: it runs, and the extension's idem_complete is the one called
+SELECT idem_reconcile();
+SELECT status, response FROM idem_keys WHERE scope = 'rc' AND key = 's1';
+-- A role's CREATE does not matter to reconcilers that run as that role
+GRANT CREATE ON SCHEMA public TO regress_rc_admin;
+SET ROLE regress_rc_admin;
+SELECT idem_set_reconciler('rc-pay', 'rc_release(idem_keys)');
+RESET ROLE;
+SELECT rc_stuck('s2');
+SELECT idem_reconcile();
+SELECT rc_status('s2') AS s2;
+REVOKE CREATE ON SCHEMA public FROM regress_rc_admin;
+
 -- Clean up
 SELECT idem_set_reconciler('rc-pay', NULL);
 DELETE FROM idem_keys WHERE scope = 'rc';
 DROP OWNED BY regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_rc_member;
 DROP ROLE regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_rc_member;
 DROP FUNCTION rc_stuck(text), rc_status(text), rc_release(idem_keys), rc_jsonb(jsonb),
+	rc_complete_literal(idem_keys),
 	rc_gone(idem_keys), rc_ledger_check(idem_keys), rc_call_as_owner(regprocedure),
 	rc_try_call(regprocedure), rc_force_handler(text);
 DROP PROCEDURE rc_proc(idem_keys);

@@ -40,6 +40,15 @@
 	pg_proc_aclcheck((funcid), (roleid), (mode))
 #endif
 
+/* ... and on a schema */
+#if PG_VERSION_NUM >= 160000
+#define IdemNamespaceAclCheck(nspid, roleid, mode) \
+	object_aclcheck(NamespaceRelationId, (nspid), (roleid), (mode))
+#else
+#define IdemNamespaceAclCheck(nspid, roleid, mode) \
+	pg_namespace_aclcheck((nspid), (roleid), (mode))
+#endif
+
 /*
  * PostgreSQL 16 made SET ROLE a separate option of a membership; before,
  * every member could SET ROLE.

@@ -32,8 +32,15 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_database.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_operator.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -41,6 +48,7 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
@@ -90,6 +98,141 @@ PinSearchPath(Oid nspid)
 }
 
 /*
+ * The role that may create in a schema owned by owner: the database's
+ * owner for pg_database_owner (the owner of public since PostgreSQL 15),
+ * whose only member it is.
+ */
+static Oid
+EffectiveOwner(Oid owner)
+{
+	HeapTuple	tuple;
+
+	if (owner != ROLE_PG_DATABASE_OWNER)
+		return owner;
+	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for database %u", MyDatabaseId);
+	owner = ((Form_pg_database) GETSTRUCT(tuple))->datdba;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+/*
+ * Does a role that may not act as run_as have CREATE on schema nspid, or
+ * own it?  Such a role could plant there a function or an operator that
+ * is a better match for a call in the reconciler than the one meant (an
+ * overload of idem_complete taking text, of jsonb_build_object taking
+ * bigint), whatever the order of the pinned search_path, and so run its
+ * code as run_as.  The first one found, by name, is reported in *who, or
+ * NULL for PUBLIC; *owns says whether it owns the schema.  Every role is
+ * asked, so that CREATE through membership in a grantee counts too; the
+ * members of a role that may act as run_as may act as it themselves.
+ */
+static bool
+SchemaWritableByOther(Oid nspid, Oid run_as, char **who, bool *owns)
+{
+	HeapTuple	tuple;
+	Form_pg_namespace nsp;
+	Oid			owner;
+	Datum		aclDatum;
+	bool		isnull;
+	Relation	authid;
+	SysScanDesc scan;
+
+	*who = NULL;
+	*owns = false;
+	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nspid));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for schema %u", nspid);
+	nsp = (Form_pg_namespace) GETSTRUCT(tuple);
+
+	/* Its owner may grant itself CREATE whatever the ACL says */
+	owner = EffectiveOwner(nsp->nspowner);
+	if (!IdemCanActAs(owner, run_as))
+	{
+		*who = GetUserNameFromId(owner, false);
+		*owns = true;
+		ReleaseSysCache(tuple);
+		return true;
+	}
+
+	aclDatum = SysCacheGetAttr(NAMESPACEOID, tuple, Anum_pg_namespace_nspacl, &isnull);
+	if (!isnull)
+	{
+		Acl		   *acl = DatumGetAclP(aclDatum);
+		AclItem    *items = ACL_DAT(acl);
+		int			i;
+
+		for (i = 0; i < ACL_NUM(acl); i++)
+			if (items[i].ai_grantee == ACL_ID_PUBLIC &&
+				(ACLITEM_GET_PRIVS(items[i]) & ACL_CREATE) != 0)
+			{
+				ReleaseSysCache(tuple);
+				return true;
+			}
+	}
+	ReleaseSysCache(tuple);
+
+	authid = table_open(AuthIdRelationId, AccessShareLock);
+	scan = systable_beginscan(authid, InvalidOid, false, NULL, 0, NULL);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		Form_pg_authid role = (Form_pg_authid) GETSTRUCT(tuple);
+
+		/* pg_database_owner stands for the database's owner, asked above */
+		if (role->oid == ROLE_PG_DATABASE_OWNER)
+			continue;
+		if (*who != NULL && strcmp(NameStr(role->rolname), *who) >= 0)
+			continue;
+		if (IdemNamespaceAclCheck(nspid, role->oid, ACL_CREATE) == ACLCHECK_OK &&
+			!IdemCanActAs(role->oid, run_as))
+			*who = pstrdup(NameStr(role->rolname));
+	}
+	systable_endscan(scan);
+	table_close(authid, AccessShareLock);
+	return *who != NULL;
+}
+
+/*
+ * The function or operator of schema nspid (catalog catalogid, with the
+ * schema and owner columns given) of lowest OID owned by a role that may
+ * not act as run_as, or InvalidOid.  Planted while its owner still could
+ * create there (before CREATE was revoked from PUBLIC, say), it could be
+ * a better match for a call in the reconciler than the one meant.
+ */
+static Oid
+ForeignObjectInSchema(Oid catalogid, AttrNumber nspatt, AttrNumber owneratt,
+					  Oid nspid, Oid run_as, Oid *owner)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	Oid			found = InvalidOid;
+
+	ScanKeyInit(&key, nspatt, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(nspid));
+	rel = table_open(catalogid, AccessShareLock);
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Oid			oid = DatumGetObjectId(heap_getattr(tuple, 1, RelationGetDescr(rel), &isnull));
+		Oid			objowner = DatumGetObjectId(heap_getattr(tuple, owneratt,
+															 RelationGetDescr(rel), &isnull));
+
+		if ((!OidIsValid(found) || oid < found) && !IdemCanActAs(objowner, run_as))
+		{
+			found = oid;
+			*owner = objowner;
+		}
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
  * May the reconciler rc, resolved to handler, be called now?  Checked
  * at every call, not only when the row was written, because the row may
  * have been written by hand and rights change: the function must be a
@@ -101,12 +244,14 @@ PinSearchPath(Oid nspid)
  * and the handler.
  */
 static bool
-ReconcilerRunnable(const IdemReconciler *rc, Oid handler, Oid rowtype)
+ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype)
 {
 	const char *op = text_to_cstring(rc->operation);
 	IdemHandlerFault fault;
 	char	   *run_as;
 	char	   *registrar;
+	char	   *creator;
+	bool		owns;
 	Oid			owner;
 	Oid			tempns;
 	Oid			temptoastns;
@@ -205,6 +350,76 @@ ReconcilerRunnable(const IdemReconciler *rc, Oid handler, Oid rowtype)
 				 errhint("Run the reconcilers from a session that created no temporary tables, or let the background worker run them.")));
 		return false;
 	}
+
+	/*
+	 * The extension's schema is on the pinned path; pg_catalog takes a
+	 * superuser to change, and pg_temp is this session's (above).
+	 */
+	if (SchemaWritableByOther(nspid, rc->run_as, &creator, &owns))
+	{
+		const char *nspname = get_namespace_name(nspid);
+
+		if (creator == NULL)
+			ereport(WARNING,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("reconciler %s of operation \"%s\" was skipped",
+							rc->handler, op),
+					 errdetail("Every role may create objects in schema \"%s\", which is on the reconciler's search_path: CREATE on it is granted to PUBLIC.",
+							   nspname),
+					 errhint("Revoke CREATE on schema \"%s\" from PUBLIC.", nspname)));
+		else if (owns)
+			ereport(WARNING,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("reconciler %s of operation \"%s\" was skipped",
+							rc->handler, op),
+					 errdetail("Role \"%s\" owns schema \"%s\", which is on the reconciler's search_path, and may not act as role \"%s\", which it runs as.",
+							   creator, nspname, run_as),
+					 errhint("Register the reconciler to run as a role that role \"%s\" may act as, or keep the extension in a schema in which only roles that may act as role \"%s\" can create objects.",
+							 creator, run_as)));
+		else
+			ereport(WARNING,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("reconciler %s of operation \"%s\" was skipped",
+							rc->handler, op),
+					 errdetail("Role \"%s\" may create objects in schema \"%s\", which is on the reconciler's search_path, and may not act as role \"%s\", which it runs as.",
+							   creator, nspname, run_as),
+					 errhint("Revoke CREATE on schema \"%s\" from role \"%s\", or register the reconciler to run as a role that it may act as.",
+							 nspname, creator)));
+		return false;
+	}
+
+	/* ... and so may the owner of every function and operator in it */
+	{
+		Oid			objowner;
+		Oid			obj;
+		const char *what = NULL;
+
+		obj = ForeignObjectInSchema(ProcedureRelationId, Anum_pg_proc_pronamespace,
+									Anum_pg_proc_proowner, nspid, rc->run_as, &objowner);
+		if (OidIsValid(obj))
+			what = psprintf("Function %s", format_procedure(obj));
+		else
+		{
+			obj = ForeignObjectInSchema(OperatorRelationId, Anum_pg_operator_oprnamespace,
+										Anum_pg_operator_oprowner, nspid, rc->run_as,
+										&objowner);
+			if (OidIsValid(obj))
+				what = psprintf("Operator %s", format_operator(obj));
+		}
+		if (what != NULL)
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("reconciler %s of operation \"%s\" was skipped",
+							rc->handler, op),
+					 errdetail("%s in schema \"%s\", which is on the reconciler's search_path, is owned by role \"%s\", and that role may not act as role \"%s\", which the reconciler runs as.",
+							   what, get_namespace_name(nspid),
+							   GetUserNameFromId(objowner, false), run_as),
+					 errhint("Move it to another schema or give it an owner that may act as role \"%s\".",
+							 run_as)));
+			return false;
+		}
+	}
 	return true;
 }
 
@@ -231,7 +446,7 @@ IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row)
 	PinSearchPath(nspid);
 
 	handler = ResolveHandler(rc);
-	if (!ReconcilerRunnable(rc, handler, rowtype))
+	if (!ReconcilerRunnable(nspid, rc, handler, rowtype))
 	{
 		AtEOXact_GUC(false, save_nestlevel);
 		return false;
