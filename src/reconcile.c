@@ -19,6 +19,10 @@
  *	  function's owner (who can replace its body) and, in a session with
  *	  temporary objects, the session's role must still be able to act as
  *	  run_as;
+ *	- no role that cannot act as run_as may own or create objects in the
+ *	  extension's schema, which is on the pinned path, or own a function
+ *	  or operator there: an overload that is a better match for a call
+ *	  in the reconciler wins whatever the order of the path;
  *	- the call runs as run_as, in a security-restricted operation, with
  *	  search_path pinned to pg_catalog, the extension's schema, pg_temp, and
  *	  every setting it changes undone afterwards.

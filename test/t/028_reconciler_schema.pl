@@ -27,19 +27,6 @@ idempotency.processing_timeout = '100ms'
 });
 $node->start;
 
-# Poll a query until it returns 't'; true when it did
-sub wait_until
-{
-	my ($db, $sql, $timeout) = @_;
-	my $t0 = time;
-	while (time - $t0 < $timeout)
-	{
-		return 1 if $node->safe_psql($db, $sql) eq 't';
-		usleep(100_000);
-	}
-	return 0;
-}
-
 $node->safe_psql('postgres', q{
 CREATE ROLE dbowner LOGIN;
 CREATE DATABASE shop OWNER dbowner;
@@ -101,8 +88,8 @@ $node->safe_psql('safe', 'CREATE SCHEMA idem; CREATE EXTENSION idempotency SCHEM
 $node->safe_psql('safe', sprintf($reconciler, 'idem', 'idem', 'idem'));
 $node->safe_psql('safe', $plant, extra_params => [ '-U', 'dbowner' ]);
 $node->safe_psql('safe', q{SELECT idem.idem_reserve('pay', 'k1')});
-ok( wait_until(
-		'safe', q{SELECT status = 'completed' FROM idem.idem_keys WHERE key = 'k1'}, 30),
+ok( $node->poll_query_until(
+		'safe', q{SELECT status = 'completed' FROM idem.idem_keys WHERE key = 'k1'}),
 	'worker: with the extension in its own schema the reconciler completes the record');
 is($node->safe_psql('safe', q{SELECT response::text FROM idem.idem_keys WHERE key = 'k1'}),
 	'{"status": "paid", "payment_id": 42}', 'with pg_catalog\'s jsonb_build_object');
