@@ -62,6 +62,7 @@ ISOLATION = \
 	drop_extension_race \
 	finish_after_vacuum \
 	lookup_own_record \
+	maintenance_nowait \
 	maintenance_races \
 	repeatable_read_writes \
 	reserve_concurrent \

@@ -28,6 +28,8 @@ CREATE FUNCTION @extschema@.idem_worker_status(
 	OUT flagged bigint,
 	OUT reconciled bigint,
 	OUT failed bigint,
+	OUT skipped bigint,
+	OUT write_errors bigint,
 	OUT batches bigint,
 	OUT longest_batch interval,
 	OUT stopped_early boolean,
@@ -35,6 +37,8 @@ CREATE FUNCTION @extschema@.idem_worker_status(
 	OUT total_flagged bigint,
 	OUT total_reconciled bigint,
 	OUT total_failed bigint,
+	OUT total_skipped bigint,
+	OUT total_write_errors bigint,
 	OUT next_pass_due timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_worker_status'
@@ -51,6 +55,8 @@ SELECT s.datid,
 	s.flagged,
 	s.reconciled,
 	s.failed,
+	s.skipped,
+	s.write_errors,
 	s.batches,
 	s.longest_batch,
 	s.stopped_early,
@@ -58,6 +64,8 @@ SELECT s.datid,
 	s.total_flagged,
 	s.total_reconciled,
 	s.total_failed,
+	s.total_skipped,
+	s.total_write_errors,
 	s.next_pass_due
 FROM @extschema@.idem_worker_status() s
 LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.datid;

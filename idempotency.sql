@@ -328,6 +328,8 @@ CREATE FUNCTION @extschema@.idem_worker_status(
 	OUT flagged bigint,
 	OUT reconciled bigint,
 	OUT failed bigint,
+	OUT skipped bigint,
+	OUT write_errors bigint,
 	OUT batches bigint,
 	OUT longest_batch interval,
 	OUT stopped_early boolean,
@@ -335,6 +337,8 @@ CREATE FUNCTION @extschema@.idem_worker_status(
 	OUT total_flagged bigint,
 	OUT total_reconciled bigint,
 	OUT total_failed bigint,
+	OUT total_skipped bigint,
+	OUT total_write_errors bigint,
 	OUT next_pass_due timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_worker_status'
@@ -351,6 +355,8 @@ SELECT s.datid,
 	s.flagged,
 	s.reconciled,
 	s.failed,
+	s.skipped,
+	s.write_errors,
 	s.batches,
 	s.longest_batch,
 	s.stopped_early,
@@ -358,6 +364,8 @@ SELECT s.datid,
 	s.total_flagged,
 	s.total_reconciled,
 	s.total_failed,
+	s.total_skipped,
+	s.total_write_errors,
 	s.next_pass_due
 FROM @extschema@.idem_worker_status() s
 LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.datid;

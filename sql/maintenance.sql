@@ -301,6 +301,119 @@ SELECT key, status FROM idem_keys WHERE scope = 'mt' AND key IN ('m-expired', 'p
 ORDER BY key;
 SELECT key FROM mt_calls ORDER BY key;
 
+-- One record whose write fails never stops the rest: a BEFORE trigger of
+-- the owner that refuses it, or a CHECK ... NOT VALID that an old row
+-- fails, is a WARNING naming its key, and the other records are flagged
+-- and swept (scope 'nb', so that the counts of 'mt' above stay as they are)
+SELECT count(*) FROM (
+  SELECT idem_reserve('nb-pay', k, scope => 'nb', ttl => '1 hour')
+  FROM (VALUES ('a'), ('bad'), ('c')) v(k)) s;
+UPDATE idem_keys SET updated_at = now() - interval '10 minutes' WHERE scope = 'nb';
+CREATE FUNCTION nb_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF OLD.key = 'bad' AND (TG_OP = 'DELETE' OR NEW.status = 'stuck') THEN
+		RAISE EXCEPTION 'record % is under audit', OLD.key;
+	END IF;
+	RETURN COALESCE(NEW, OLD);
+END $$;
+CREATE TRIGGER nb_refuse BEFORE UPDATE OR DELETE ON idem_keys
+	FOR EACH ROW EXECUTE FUNCTION nb_refuse();
+SELECT idem_flag_stuck();
+SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
+SELECT idem_complete('nb-pay', k, scope => 'nb') FROM (VALUES ('a'), ('bad'), ('c')) v(k);
+UPDATE idem_keys SET expires_at = now() - interval '1 minute' WHERE scope = 'nb';
+SELECT idem_sweep();
+SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
+-- The worker's pass from SQL goes on too: 'bad' stays, 'd' is flagged
+SELECT outcome FROM idem_reserve('nb-pay', 'd', scope => 'nb');
+UPDATE idem_keys SET updated_at = now() - interval '10 minutes' WHERE scope = 'nb' AND key = 'd';
+CALL idem_maintain();
+SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
+DROP TRIGGER nb_refuse ON idem_keys;
+DROP FUNCTION nb_refuse();
+SELECT idem_sweep() >= 1 AS swept;
+SELECT idem_release('nb-pay', 'd', 'nb');
+-- A CHECK added NOT VALID, which an old record fails: that record is
+-- left processing, the other one is flagged
+SELECT count(*) FROM (
+  SELECT idem_reserve('nb-pay', k, scope => 'nb')
+  FROM (VALUES ('old'), ('e')) v(k)) s;
+UPDATE idem_keys SET updated_at = now() - interval '10 minutes' WHERE scope = 'nb';
+ALTER TABLE idem_keys ADD CONSTRAINT nb_no_old CHECK (key <> 'old' OR scope <> 'nb') NOT VALID;
+SELECT idem_flag_stuck();
+SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
+ALTER TABLE idem_keys DROP CONSTRAINT nb_no_old;
+DELETE FROM idem_keys WHERE scope = 'nb';
+
+-- A heartbeat of -infinity is older than any timeout: stuck, as any
+-- processing record past idempotency.processing_timeout, for idem_reserve,
+-- idem_stuck and idem_flag_stuck alike
+SELECT outcome FROM idem_reserve('nb-pay', 'inf', scope => 'nb');
+UPDATE idem_keys SET updated_at = '-infinity' WHERE scope = 'nb' AND key = 'inf';
+SELECT outcome FROM idem_reserve('nb-pay', 'inf', scope => 'nb');
+SELECT key, flagged FROM idem_stuck WHERE scope = 'nb';
+SELECT idem_flag_stuck();
+SELECT key, status FROM idem_keys WHERE scope = 'nb';
+DELETE FROM idem_keys WHERE scope = 'nb';
+
+-- Each reconciler call has a time limit, idempotency.reconciler_timeout:
+-- one that runs longer is cancelled with a WARNING naming the key, and the
+-- record stays stuck.  Only a superuser sets it (per database with ALTER
+-- DATABASE ... SET, which the worker reads)
+CREATE FUNCTION nb_slow(r idem_keys) RETURNS void LANGUAGE sql
+	AS 'SELECT pg_catalog.pg_sleep(30)';
+SELECT idem_set_reconciler('nb-slow', 'nb_slow(idem_keys)');
+SELECT outcome FROM idem_reserve('nb-slow', 's1', scope => 'nb');
+UPDATE idem_keys SET status = 'stuck' WHERE scope = 'nb';
+SHOW idempotency.reconciler_timeout;
+SET idempotency.reconciler_timeout = '200ms';
+SELECT clock_timestamp() AS before_reconcile \gset
+SELECT idem_reconcile();
+SELECT clock_timestamp() - :'before_reconcile' < interval '10 seconds' AS quick;
+SELECT key, status FROM idem_keys WHERE scope = 'nb';
+RESET idempotency.reconciler_timeout;
+SET ROLE regress_idem_reconciler;
+SET idempotency.reconciler_timeout = '1h';
+RESET ROLE;
+SELECT idem_set_reconciler('nb-slow', NULL);
+DROP FUNCTION nb_slow(idem_keys);
+DELETE FROM idem_keys WHERE scope = 'nb';
+
+-- The sweep uses only a valid index on expires_at.  A failed CREATE INDEX
+-- CONCURRENTLY leaves one that is not valid and lacks entries (here: a
+-- unique one that met duplicates); without the extension's own, the sweep
+-- reads the table whole with a WARNING instead of trusting it
+SELECT count(*) FROM (
+  SELECT idem_reserve('nb-pay', k, scope => 'nb')
+  FROM (VALUES ('x1'), ('x2')) v(k)) s;
+SELECT idem_complete('nb-pay', k, scope => 'nb') FROM (VALUES ('x1'), ('x2')) v(k);
+UPDATE idem_keys SET expires_at = '2000-01-01' WHERE scope = 'nb';
+\set VERBOSITY terse
+CREATE UNIQUE INDEX CONCURRENTLY nb_expires_idx ON idem_keys (expires_at);
+\set VERBOSITY default
+SELECT indisvalid FROM pg_index WHERE indexrelid = 'nb_expires_idx'::regclass;
+DROP INDEX idem_keys_expires_at_idx;
+SELECT idem_sweep();
+SELECT count(*) FROM idem_keys WHERE scope = 'nb';
+DROP INDEX nb_expires_idx;
+CREATE INDEX idem_keys_expires_at_idx ON idem_keys (expires_at);
+-- ... and stuck detection only a valid one on (created_at) WHERE status =
+-- 'processing': without the extension's own, it reads the table whole
+SELECT count(*) FROM (
+  SELECT idem_reserve('nb-pay', k, scope => 'nb')
+  FROM (VALUES ('y1'), ('y2')) v(k)) s;
+UPDATE idem_keys SET created_at = '2001-01-01', updated_at = '2001-01-01' WHERE scope = 'nb';
+\set VERBOSITY terse
+CREATE UNIQUE INDEX CONCURRENTLY nb_processing_idx ON idem_keys (created_at)
+	WHERE status = 'processing';
+\set VERBOSITY default
+BEGIN;
+DROP INDEX idem_keys_processing_idx;
+SELECT idem_flag_stuck();
+ROLLBACK;
+DROP INDEX nb_processing_idx;
+DELETE FROM idem_keys WHERE scope = 'nb';
+
 -- Every deletion and every flag is counted in idem_stats, per operation
 -- (the counters are not transactional: the calls rolled back above count too)
 SELECT operation, expired, flagged_stuck FROM idem_stats

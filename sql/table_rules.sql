@@ -39,7 +39,8 @@ SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'k1', ttl => '7 
 SELECT status, response_status, ttl FROM idem_keys WHERE operation = 'rules';
 ALTER TABLE idem_keys DROP CONSTRAINT rules_no_renewal;
 -- ... and on the maintenance writes: a record the CHECK keeps from being
--- flagged stops the flag with 23514, as an UPDATE statement would
+-- flagged stays processing, with a WARNING naming its key and the CHECK
+-- that an UPDATE statement would fail; the flag goes on with the others
 SELECT outcome FROM idem_reserve('rules', 'k2');
 UPDATE idem_keys SET updated_at = now() - interval '1 hour' WHERE operation = 'rules' AND key = 'k2';
 ALTER TABLE idem_keys ADD CONSTRAINT rules_never_stuck CHECK (status <> 'stuck' OR operation <> 'rules');

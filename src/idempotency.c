@@ -27,6 +27,9 @@ int			idem_default_ttl_s = 24 * 60 * 60;
 /* idempotency.processing_timeout, in milliseconds */
 int			idem_processing_timeout_ms = 5 * 60 * 1000;
 
+/* idempotency.reconciler_timeout, in milliseconds */
+int			idem_reconciler_timeout_ms = 5 * 60 * 1000;
+
 void		_PG_init(void);
 
 /* Define settings and register the parts of the module */
@@ -52,6 +55,22 @@ _PG_init(void)
 							1,
 							INT_MAX,
 							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/*
+	 * Superuser-set: the role that registers a reconciler must not lift
+	 * the limit that keeps it from holding a worker; ALTER DATABASE ... SET
+	 * gives one database a limit of its own (the worker reads it).
+	 */
+	DefineCustomIntVariable("idempotency.reconciler_timeout",
+							"Longest time one reconciler call may run.",
+							"A call still running after it is cancelled like a statement that exceeded statement_timeout: a WARNING names the key, the record stays stuck, and the next maintenance pass calls the reconciler again.",
+							&idem_reconciler_timeout_ms,
+							5 * 60 * 1000,
+							1,
+							INT_MAX,
+							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

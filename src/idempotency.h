@@ -107,6 +107,7 @@ typedef struct IdemReservation
 /* Settings (idempotency.c) */
 extern int	idem_default_ttl_s;
 extern int	idem_processing_timeout_ms;
+extern int	idem_reconciler_timeout_ms;
 
 /* keys.c: the C API the SQL functions, the worker and the patterns share */
 extern const char *IdemOutcomeName(IdemOutcome outcome);
@@ -162,7 +163,9 @@ typedef struct IdemPassCounts
 	int64		deleted;		/* expired records deleted */
 	int64		flagged;		/* processing records flagged stuck */
 	int64		reconciled;		/* reconciler calls that returned normally */
-	int64		failed;			/* reconciler calls that raised */
+	int64		failed;			/* reconciler calls that raised or timed out */
+	int64		skipped;		/* units skipped: idem_keys was locked */
+	int64		write_errors;	/* records whose delete or flag raised */
 	int64		batches;		/* transactions used for batches */
 	int64		longest_batch_us;	/* longest of them, in microseconds */
 	bool		stopped;		/* the stop callback ended the pass early */

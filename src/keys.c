@@ -372,6 +372,18 @@ HashDiffers(bytea *a, bytea *b)
 }
 
 /*
+ * Is a processing record's heartbeat older than processing_timeout?
+ * -infinity (set by hand) is older than any timeout: now minus it
+ * overflows, which TimestampDifferenceExceeds would read as not yet.
+ */
+static bool
+HeartbeatExpired(TimestampTz updated_at, TimestampTz now)
+{
+	return TIMESTAMP_IS_NOBEGIN(updated_at) ||
+		TimestampDifferenceExceeds(updated_at, now, idem_processing_timeout_ms);
+}
+
+/*
  * The one lookup of a key: read its record through the primary key with a
  * dirty snapshot into rec, and say what was seen.
  */
@@ -411,8 +423,7 @@ ClassifyRecord(const IdemRecord *rec, bytea *hash, TimestampTz now,
 	}
 	else if (rec->status == STATUS_STUCK ||
 			 ((rec->flags & RECORD_MINE) == 0 &&
-			  TimestampDifferenceExceeds(rec->updated_at, now,
-										 idem_processing_timeout_ms)))
+			  HeartbeatExpired(rec->updated_at, now)))
 	{
 		result->outcome = IDEM_STUCK;
 		result->resource_id = rec->resource_id;

@@ -23,28 +23,59 @@
  *
  * Locking
  * -------
- * No unit waits for a row an application transaction holds, so none can
- * join a deadlock with one over records:
+ * No unit waits on an application without a limit, and none can join a
+ * deadlock with one over records:
+ *	- Each unit first locks idem_keys (or its shard) by OID without waiting
+ *	  in its lock queue (OpenCatalog, ConditionalLockRelationOid, retried
+ *	  for at most 100 ms), then opens it through
+ *	  records.c, which checks that it still exists, so a concurrent DROP
+ *	  EXTENSION ends a worker pass quietly instead of failing a query.  When
+ *	  another transaction holds a conflicting lock (an application's LOCK
+ *	  TABLE ... IN SHARE MODE, DDL), the unit is skipped and counted
+ *	  (counts->skipped, a WARNING once per call from SQL) and its phase ends;
+ *	  the next pass tries again.  So a worker never keeps its slot, or DROP
+ *	  DATABASE waiting, on an application's table lock.
  *	- A sweep batch reads the expires_at index with the latest snapshot; a
- *	  flag batch reads the table with it.  Each locks a candidate row version
- *	  without waiting (IdemRecordsLock, LockWaitSkip) and deletes or flags it
- *	  through records.c's executor writer, as keys.c writes, so the table's
- *	  constraints and triggers hold for both.  A record that another
- *	  transaction is changing or locking, or has changed since the snapshot
+ *	  flag batch reads the processing index (or the table) with it.  Only
+ *	  valid, ready indexes are read: one that a failed CREATE INDEX
+ *	  CONCURRENTLY left lacks entries; without a usable one the table is
+ *	  read whole, with a WARNING once per pass.  Each batch locks a
+ *	  candidate row version without waiting (IdemRecordsLock, LockWaitSkip)
+ *	  and deletes or flags it through records.c's executor writer, as keys.c
+ *	  writes, so the table's constraints and triggers hold for both.  A flag
+ *	  takes the key lock for the instant of its write without waiting
+ *	  either (IdemRecordsTryUpdate).  A record that another transaction is
+ *	  changing, locking or reserving, or has changed since the snapshot
  *	  (idem_reserve renewing it), is skipped until the next pass.  The other
  *	  way round, idem_reserve answers in_progress for a record a batch is
  *	  deleting or flagging, and idem_complete, idem_checkpoint and
  *	  idem_release wait for the batch and look again (keys.c).
- * Two waits remain: a unit waits for idem_keys' table lock like any
- * statement (an application's LOCK TABLE or DDL holds it off), and a flag
- * write takes the key lock for the instant of its write (IdemRecordsUpdate),
- * which a reservation holds only while it reads and claims the key.
- * Each unit first opens idem_keys through records.c, which locks it by OID
- * and then checks that it still exists, so a concurrent DROP EXTENSION ends
- * a worker pass quietly instead of failing a query.  A reconciler is called with the
- * record locked FOR UPDATE (skipped when another transaction is writing it)
- * and settles it through idem_complete or idem_release.
+ *	- What runs inside a write (the owner's triggers and constraints) may
+ *	  wait for locks of its own: a batch runs with lock_timeout at most
+ *	  IDEM_BATCH_LOCK_TIMEOUT_MS, so such a wait fails that record's write.
+ *	- A reconciler is called with the record locked FOR UPDATE SKIP LOCKED
+ *	  and settles it through idem_complete or idem_release, which may wait:
+ *	  each call has idempotency.reconciler_timeout, after which it is
+ *	  cancelled like a statement past statement_timeout.
+ * Between units the worker ends its pass when DROP DATABASE or ALTER
+ * DATABASE waits for its database (worker.c): they wait for one batch or
+ * one reconciler call at most.
  *
+ * Failures
+ * --------
+ * One record whose write fails never stops the rest.  A batch runs in a
+ * subtransaction (RunBatch); when the delete or flag of a record raises (a
+ * trigger or CHECK of the owner refuses it; AFTER ROW triggers fire right
+ * after each record's write so that theirs count too), the batch is rolled
+ * back, the record reported with a WARNING naming its key, counted
+ * (counts->write_errors) and left alone for the rest of the pass, and the
+ * batch runs again without it.  One subtransaction per batch, not per
+ * record: a batch of thousands of subtransactions would overflow every
+ * snapshot's subxid cache.  A reconciler runs in a subtransaction of its
+ * own; its error or timeout is a WARNING and the pass goes on.  A cancel
+ * (statement_timeout of a SQL caller, pg_cancel_backend) is never
+ * swallowed.
+
  * Rights
  * ------
  * The SQL entry points run as their caller.  The worker connects as the
@@ -88,7 +119,10 @@
 #include "nodes/parsenodes.h"
 #include "parser/parse_type.h"
 #include "pgstat.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/lmgr.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -102,6 +136,7 @@
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -122,6 +157,25 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
  * can only come from rows written around the API, and is not sent.
  */
 #define IDEM_NOTIFY_MAX			7000
+
+/*
+ * lock_timeout of a sweep or flag batch, in milliseconds, unless the
+ * session's is shorter.  The batch takes its own locks without waiting;
+ * this bounds the waits of what runs inside its writes (the owner's
+ * triggers and constraints): the record is then skipped with a WARNING.
+ */
+#define IDEM_BATCH_LOCK_TIMEOUT_MS	1000
+
+/*
+ * How a unit takes idem_keys' lock: tried without waiting, again every
+ * IDEM_TABLE_LOCK_RETRY_MS up to IDEM_TABLE_LOCK_TRIES times (100 ms in
+ * all), never queueing behind or ahead of anyone.  Enough for a lock that
+ * a committing transaction is releasing (CREATE EXTENSION hints the
+ * launcher just before its locks go); an application's LOCK TABLE is held
+ * longer, and the unit is skipped.
+ */
+#define IDEM_TABLE_LOCK_TRIES		10
+#define IDEM_TABLE_LOCK_RETRY_MS	10
 
 /* Phases of a pass */
 #define PHASE_SWEEP				0x01
@@ -144,7 +198,8 @@ typedef struct MaintCatalog
 {
 	Oid			nspid;
 	Oid			keys_relid;
-	Oid			expires_indexid;	/* idem_keys_expires_at_idx */
+	Oid			expires_indexid;	/* idem_keys_expires_at_idx, if valid */
+	Oid			expires_unusable;	/* one on (expires_at) that is not */
 	Oid			reconcilers_relid;
 	bool		registered_by;	/* idem_reconcilers has the column */
 	SPIPlanPtr	plans[NUM_MPLANS];
@@ -175,7 +230,26 @@ typedef struct PassState
 	bool		as_owner;		/* the unit runs as idem_keys' owner */
 	Oid			save_userid;	/* ... and this was the user before */
 	int			save_sec_context;
+	bool		warned_sweep;	/* the slow sweep was reported in this pass */
+	bool		warned_flag;	/* ... and the slow stuck detection */
+	bool		warned_busy;	/* ... and a unit skipped (SQL callers) */
+	/* The record a batch is writing, for the WARNING if its write fails */
+	MemoryContext reccxt;
+	bool		rec_set;
+	ItemPointerData rec_tid;
+	text	   *rec_scope;
+	text	   *rec_operation;
+	text	   *rec_key;
+	List	   *bad;			/* ItemPointers of records whose write failed */
 } PassState;
+
+/* What opening the catalog for a unit found (OpenCatalog) */
+typedef enum CatalogOpen
+{
+	CATALOG_OPEN,
+	CATALOG_MISSING,			/* the extension or its table is gone */
+	CATALOG_BUSY				/* idem_keys is locked: skip the unit */
+} CatalogOpen;
 
 /*
  * SQL texts; %1$s is the quoted schema of the extension, %2$s the relation
@@ -239,16 +313,42 @@ ExtensionSchema(void)
 	return nspid;
 }
 
-/* Raise the error for a missing idem_keys_expires_at_idx */
-pg_noreturn static void
-ReportMissingExpiryIndex(Oid nspid)
+/*
+ * Say, once per pass, that the sweep reads the whole table: no valid index
+ * on (expires_at) exists; unusable is one that is not valid (a failed
+ * CREATE INDEX CONCURRENTLY), or InvalidOid.
+ */
+static void
+WarnSlowSweep(PassState *ps, Oid unusable)
 {
-	ereport(ERROR,
-			(errcode(ERRCODE_UNDEFINED_OBJECT),
-			 errmsg("index \"idem_keys_expires_at_idx\" of extension \"idempotency\" does not exist"),
-			 errdetail("The sweep finds expired records through it."),
-			 errhint("Create it again with CREATE INDEX idem_keys_expires_at_idx ON %s (expires_at).",
-					 quote_qualified_identifier(get_namespace_name(nspid), "idem_keys"))));
+	char	   *keys = quote_qualified_identifier(get_namespace_name(get_rel_namespace(maint_catalog.keys_relid)),
+												  get_rel_name(maint_catalog.keys_relid));
+
+	if (ps->warned_sweep)
+		return;
+	ps->warned_sweep = true;
+	if (OidIsValid(unusable))
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("index \"%s\" is not valid", get_rel_name(unusable)),
+				 errdetail("Until it is rebuilt, the sweep of %s reads the whole table.", keys),
+				 errhint("Rebuild it with REINDEX INDEX CONCURRENTLY %s.",
+						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(unusable)),
+													get_rel_name(unusable)))));
+	else
+		ereport(WARNING,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("index \"idem_keys_expires_at_idx\" of extension \"idempotency\" does not exist"),
+				 errdetail("Until it does, the sweep of %s reads the whole table.", keys),
+				 errhint("Create it again with CREATE INDEX CONCURRENTLY idem_keys_expires_at_idx ON %s (expires_at).",
+						 keys)));
+}
+
+/* Can the index be scanned: built, valid, and not being dropped? */
+static bool
+IndexUsable(Form_pg_index index)
+{
+	return index->indisvalid && index->indisready && index->indislive;
 }
 
 /* Is the index predicate exactly status = 'processing'? */
@@ -275,21 +375,24 @@ PredicateIsProcessing(List *pred, AttrNumber status_attnum)
 /*
  * The index of idem_keys that serves stuck detection, found by its
  * definition whatever its name (the extension creates it as
- * idem_keys_processing_idx): a valid B-tree whose first column is
+ * idem_keys_processing_idx): a valid, ready B-tree whose first column is
  * created_at, in the default order, with the predicate status =
  * 'processing'.  Every processing record has an entry there and no other
  * record does, so flagging reads only processing records.  InvalidOid
  * when there is none: then the table is read whole, as before the index
- * existed (whoever drops it trades that for cheaper reservations).
+ * existed (whoever drops it trades that for cheaper reservations).  An
+ * index of that definition that is not valid (a failed CREATE INDEX
+ * CONCURRENTLY) lacks entries: it is never used, and named in *unusable.
  */
 static Oid
-ProcessingIndex(IdemTable *table)
+ProcessingIndex(IdemTable *table, Oid *unusable)
 {
 	static Oid	timestamptz_family = InvalidOid;
 	List	   *indexes = RelationGetIndexList(table->rel);
 	ListCell   *lc;
 	Oid			found = InvalidOid;
 
+	*unusable = InvalidOid;
 	if (!OidIsValid(timestamptz_family))
 		timestamptz_family =
 			get_opclass_family(GetDefaultOpClass(TIMESTAMPTZOID, BTREE_AM_OID));
@@ -300,11 +403,15 @@ ProcessingIndex(IdemTable *table)
 		bool		serves;
 
 		serves = index->rd_rel->relam == BTREE_AM_OID &&
-			index->rd_index->indisvalid &&
 			index->rd_index->indkey.values[0] == table->attnum[COL_CREATED_AT] &&
 			index->rd_opfamily[0] == timestamptz_family &&
 			PredicateIsProcessing(RelationGetIndexPredicate(index),
 								  table->attnum[COL_STATUS]);
+		if (serves && !IndexUsable(index->rd_index))
+		{
+			*unusable = lfirst_oid(lc);
+			serves = false;
+		}
 		index_close(index, AccessShareLock);
 		if (serves)
 		{
@@ -332,15 +439,19 @@ IndexIsBtree(Oid indexid)
 
 /*
  * The index on (expires_at) of the relation maintained: idem_keys_expires_at_idx
- * or, on a shard, Citus's copy of it, which has another name
+ * or, on a shard, Citus's copy of it, which has another name.  Only a valid,
+ * ready one: a failed CREATE INDEX CONCURRENTLY leaves one that lacks
+ * entries, named in *unusable.  InvalidOid when none is: the sweep then
+ * reads the whole table.
  */
 static Oid
-ExpiryIndex(Relation rel, AttrNumber expires_at)
+ExpiryIndex(Relation rel, AttrNumber expires_at, Oid *unusable)
 {
 	List	   *indexes = RelationGetIndexList(rel);
 	ListCell   *lc;
 	Oid			result = InvalidOid;
 
+	*unusable = InvalidOid;
 	foreach(lc, indexes)
 	{
 		HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
@@ -353,7 +464,12 @@ ExpiryIndex(Relation rel, AttrNumber expires_at)
 			heap_attisnull(tuple, Anum_pg_index_indpred, NULL) &&
 			heap_attisnull(tuple, Anum_pg_index_indexprs, NULL) &&
 			IndexIsBtree(index->indexrelid))
-			result = index->indexrelid;
+		{
+			if (IndexUsable(index))
+				result = index->indexrelid;
+			else
+				*unusable = index->indexrelid;
+		}
 		ReleaseSysCache(tuple);
 		if (OidIsValid(result))
 			break;
@@ -383,22 +499,48 @@ RegisteredByColumn(Oid reconcilers)
 }
 
 /*
+ * Lock relid for a unit's writes within about 100 ms, without joining its
+ * lock queue: false when another transaction held a conflicting lock the
+ * whole time
+ */
+static bool
+LockTableBriefly(Oid relid)
+{
+	int			i;
+
+	for (i = 0; i < IDEM_TABLE_LOCK_TRIES; i++)
+	{
+		if (ConditionalLockRelationOid(relid, RowExclusiveLock))
+			return true;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 IDEM_TABLE_LOCK_RETRY_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return false;
+}
+
+/*
  * Find the extension's tables and lock the relation maintained for this
  * unit of work (records.c checks its layout): relid, one of
  * IdemRecordsLocalShards, or idem_keys itself when InvalidOid.  With nspid
  * InvalidOid (the worker) the extension is looked up, and a missing
  * extension or table, or one dropped while we waited for the lock, is
- * reported by returning false.  With a schema (SQL functions) those are
- * errors, except a shard that moved away: it is skipped.
+ * reported as CATALOG_MISSING.  With a schema (SQL functions) those are
+ * errors, except a shard that moved away: it is skipped.  With nowait
+ * (maintenance), the relation's lock is not waited for beyond
+ * LockTableBriefly: when another transaction holds one that conflicts
+ * (LOCK TABLE, DDL), CATALOG_BUSY.
  */
-static bool
-OpenCatalog(Oid nspid, Oid relid)
+static CatalogOpen
+OpenCatalog(Oid nspid, Oid relid, bool nowait)
 {
 	MaintCatalog *cat = &maint_catalog;
 	bool		quiet = !OidIsValid(nspid);
 	IdemTable	table;
 	Oid			keys;
 	Oid			expires;
+	Oid			unusable;
 	Oid			reconcilers;
 	bool		registered_by;
 	int			i;
@@ -407,34 +549,46 @@ OpenCatalog(Oid nspid, Oid relid)
 	{
 		nspid = ExtensionSchema();
 		if (!OidIsValid(nspid))
-			return false;
+			return CATALOG_MISSING;
+	}
+
+	/*
+	 * Lock the relation without waiting; records.c then finds it locked
+	 * already, and checks that it is still the one of that name.
+	 */
+	if (nowait)
+	{
+		Oid			target = OidIsValid(relid) ? relid :
+			get_relname_relid("idem_keys", nspid);
+
+		if (OidIsValid(target) && !LockTableBriefly(target))
+			return CATALOG_BUSY;
 	}
 
 	if (OidIsValid(relid))
 	{
 		if (!IdemRecordsTryOpenRelation(relid, RowExclusiveLock, &table))
-			return false;
+			return CATALOG_MISSING;
 	}
 	else if (!IdemRecordsTryOpen(nspid, NULL, RowExclusiveLock, &table))
 	{
 		if (quiet)
-			return false;
+			return CATALOG_MISSING;
 		IdemReportMissingTable("idem_keys");
 	}
 	keys = RelationGetRelid(table.rel);
-	expires = ExpiryIndex(table.rel, table.attnum[COL_EXPIRES_AT]);
+	expires = ExpiryIndex(table.rel, table.attnum[COL_EXPIRES_AT], &unusable);
 	IdemRecordsClose(&table);
 
 	reconcilers = get_relname_relid("idem_reconcilers", nspid);
 	if (!OidIsValid(reconcilers))
 	{
 		if (quiet)
-			return false;
+			return CATALOG_MISSING;
 		IdemReportMissingTable("idem_reconcilers");
 	}
-	if (!OidIsValid(expires))
-		ReportMissingExpiryIndex(nspid);
 	registered_by = RegisteredByColumn(reconcilers);
+	cat->expires_unusable = unusable;
 
 	if (cat->nspid != nspid || cat->keys_relid != keys ||
 		cat->expires_indexid != expires || cat->reconcilers_relid != reconcilers ||
@@ -452,7 +606,7 @@ OpenCatalog(Oid nspid, Oid relid)
 		cat->reconcilers_relid = reconcilers;
 		cat->registered_by = registered_by;
 	}
-	return true;
+	return CATALOG_OPEN;
 }
 
 /*
@@ -563,6 +717,118 @@ OpCountsAdd(OpCounts *oc, text *operation, IdemCounter counter)
 }
 
 /*
+ * Note the record a batch is about to write, so that an error its write
+ * raises can name it (RunBatch).  The key is copied: after the rollback,
+ * the row it was read from is gone with the batch's buffers.
+ */
+static void
+BeginRecord(PassState *ps, IdemTable *table, TupleTableSlot *slot)
+{
+	MemoryContext oldcxt;
+
+	MemoryContextReset(ps->reccxt);
+	oldcxt = MemoryContextSwitchTo(ps->reccxt);
+	ps->rec_tid = slot->tts_tid;
+	ps->rec_scope = DatumGetTextPCopy(SlotColumn(table, slot, COL_SCOPE));
+	ps->rec_operation = DatumGetTextPCopy(SlotColumn(table, slot, COL_OPERATION));
+	ps->rec_key = DatumGetTextPCopy(SlotColumn(table, slot, COL_KEY));
+	MemoryContextSwitchTo(oldcxt);
+	ps->rec_set = true;
+}
+
+/* Did this record's write fail earlier in the pass?  Then leave it be */
+static bool
+RecordFailed(PassState *ps, ItemPointer tid)
+{
+	ListCell   *lc;
+
+	foreach(lc, ps->bad)
+		if (ItemPointerEquals((ItemPointer) lfirst(lc), tid))
+			return true;
+	return false;
+}
+
+/*
+ * What a batch reads and writes: the relation maintained, its writer, and
+ * a scan of its candidates, through an index or, without a usable one,
+ * the whole table, with the latest snapshot
+ */
+typedef struct BatchScan
+{
+	IdemTable	table;
+	IdemWriter	w;
+	Snapshot	snapshot;
+	TupleTableSlot *slot;		/* the candidate just read */
+	Relation	index;
+	IndexScanDesc iscan;		/* NULL: tscan reads the table */
+	TableScanDesc tscan;
+} BatchScan;
+
+/*
+ * Open the relation maintained for writes of the kind mode; false when it
+ * is gone (a shard moved away).  Then BatchScanStart.
+ */
+static bool
+BatchScanOpen(BatchScan *bs, AclMode mode, const char *function)
+{
+	if (!IdemRecordsTryOpenRelation(maint_catalog.keys_relid, RowExclusiveLock,
+									&bs->table))
+		return false;
+	IdemRecordsCheckReadable(&bs->table);
+	IdemRecordsWriterBegin(&bs->table, mode, function, &bs->w);
+	bs->snapshot = RegisterSnapshot(GetLatestSnapshot());
+	bs->slot = table_slot_create(bs->table.rel, NULL);
+	bs->index = NULL;
+	bs->iscan = NULL;
+	bs->tscan = NULL;
+	return true;
+}
+
+/* Scan indexid with the given keys, or the table when InvalidOid */
+static void
+BatchScanStart(BatchScan *bs, Oid indexid, ScanKey skey, int nkeys)
+{
+	if (OidIsValid(indexid))
+	{
+		bs->index = index_open(indexid, AccessShareLock);
+		bs->iscan = IdemIndexBeginScan(bs->table.rel, bs->index, bs->snapshot,
+									   nkeys, 0);
+		index_rescan(bs->iscan, skey, nkeys, NULL, 0);
+	}
+	else
+		bs->tscan = IdemTableBeginScan(bs->table.rel, bs->snapshot, 0, NULL);
+}
+
+/* The next candidate into bs->slot, all its attributes deformed; false at the end */
+static bool
+BatchScanNext(BatchScan *bs)
+{
+	if (!(bs->iscan != NULL ?
+		  index_getnext_slot(bs->iscan, ForwardScanDirection, bs->slot) :
+		  table_scan_getnextslot(bs->tscan, ForwardScanDirection, bs->slot)))
+		return false;
+	slot_getallattrs(bs->slot);
+	return true;
+}
+
+/* End the scan and the writes (firing the AFTER triggers left) */
+static void
+BatchScanEnd(BatchScan *bs)
+{
+	if (bs->iscan != NULL)
+	{
+		index_endscan(bs->iscan);
+		index_close(bs->index, AccessShareLock);
+	}
+	else
+		table_endscan(bs->tscan);
+	ExecDropSingleTupleTableSlot(bs->slot);
+	UnregisterSnapshot(bs->snapshot);
+	IdemRecordsWriterEnd(&bs->w);
+	IdemRecordsClose(&bs->table);
+}
+
+/*
  * Delete up to batch_size expired completed records, those with expires_at
  * in [*lower, now], found through the expires_at index with the latest
  * snapshot and deleted through records.c's executor writer.  Each is first
@@ -570,75 +836,66 @@ OpCountsAdd(OpCounts *oc, text *operation, IdemCounter counter)
  * locking, or has changed since the snapshot (a renewal by idem_reserve),
  * is skipped, as FOR UPDATE SKIP LOCKED would.  *lower moves to the last
  * expires_at seen, so the next batch resumes there instead of walking again
- * over the index entries of deleted rows.  Returns the number deleted and
- * counts them per operation in idem_stats.
+ * over the index entries of deleted rows.  Without a valid index on
+ * expires_at, the table is read whole (WarnSlowSweep).  Returns the number
+ * deleted and counts them per operation in idem_stats.
  */
 static int64
-SweepBatch(int batch_size, TimestampTz now, TimestampTz *lower)
+SweepBatch(PassState *ps, int batch_size, TimestampTz now, TimestampTz *lower)
 {
 	MaintCatalog *cat = &maint_catalog;
-	IdemTable	table;
-	IdemWriter	w;
-	Relation	index;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
+	BatchScan	bs;
+	IdemTable  *table = &bs.table;
 	ScanKeyData skey[2];
 	int			nkeys = 0;
-	Snapshot	snapshot;
 	OpCounts	oc;
 	int64		deleted = 0;
 
-	if (!IdemRecordsTryOpenRelation(cat->keys_relid, RowExclusiveLock, &table))
+	if (!BatchScanOpen(&bs, ACL_DELETE, "idem_sweep()"))
 		return 0;
-	IdemRecordsCheckReadable(&table);
-	IdemRecordsWriterBegin(&table, ACL_DELETE, "idem_sweep()", &w);
-	index = index_open(cat->expires_indexid, AccessShareLock);
-
 	ScanKeyInit(&skey[nkeys++], 1, BTLessEqualStrategyNumber,
 				F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
 	if (*lower != DT_NOBEGIN)
 		ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
 					F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
-
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(table.rel, NULL);
-	scan = IdemIndexBeginScan(table.rel, index, snapshot, nkeys, 0);
-	index_rescan(scan, skey, nkeys, NULL, 0);
+	if (!OidIsValid(cat->expires_indexid))
+		WarnSlowSweep(ps, cat->expires_unusable);
+	BatchScanStart(&bs, cat->expires_indexid, skey, nkeys);
 	oc.n = 0;
 
-	while (deleted < batch_size &&
-		   index_getnext_slot(scan, ForwardScanDirection, slot))
+	while (deleted < batch_size && BatchScanNext(&bs))
 	{
+		TupleTableSlot *slot = bs.slot;
 		TimestampTz expires_at;
 
+		ps->rec_set = false;
 		CHECK_FOR_INTERRUPTS();
-		slot_getallattrs(slot);
-		expires_at = DatumGetTimestampTz(IdemRecordsRequired(&table, slot, COL_EXPIRES_AT));
-		if (expires_at > *lower)
+		expires_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_EXPIRES_AT));
+		if (bs.iscan != NULL && expires_at > *lower)
 			*lower = expires_at;
 
 		/* processing and stuck records never expire */
-		if (IdemRecordsStatus(DatumGetTextPP(IdemRecordsRequired(&table, slot, COL_STATUS))) != STATUS_COMPLETED)
+		if (expires_at > now ||
+			IdemRecordsStatus(DatumGetTextPP(IdemRecordsRequired(table, slot, COL_STATUS))) != STATUS_COMPLETED ||
+			RecordFailed(ps, &slot->tts_tid))
 			continue;
 
 		/* being changed or locked, or changed: not ours now */
-		if (IdemRecordsLock(&w, &slot->tts_tid, LockTupleExclusive, LockWaitSkip) != TM_Ok)
+		BeginRecord(ps, table, slot);
+		if (IdemRecordsLock(&bs.w, &slot->tts_tid, LockTupleExclusive, LockWaitSkip) != TM_Ok)
 			continue;
 		/* a BEFORE DELETE trigger may keep it */
-		if (!IdemRecordsDelete(&w, false))
+		if (!IdemRecordsDelete(&bs.w, false))
 			continue;
+		IdemRecordsFireAfterTriggers(&bs.w);
+		ps->rec_set = false;
 
-		OpCountsAdd(&oc, DatumGetTextPP(SlotColumn(&table, slot, COL_OPERATION)),
+		OpCountsAdd(&oc, DatumGetTextPP(SlotColumn(table, slot, COL_OPERATION)),
 					IDEM_STAT_EXPIRED);
 		deleted++;
 	}
-
-	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snapshot);
-	index_close(index, AccessShareLock);
-	IdemRecordsWriterEnd(&w);
-	IdemRecordsClose(&table);
+	ps->rec_set = false;
+	BatchScanEnd(&bs);
 
 	OpCountsFlush(&oc, IDEM_STAT_EXPIRED);
 	return deleted;
@@ -670,100 +927,191 @@ NotifyStuck(StringInfo buf, text *scope, text *operation, text *key)
  * from *lower on, with the latest snapshot: the completed and stuck
  * records, however many, are never read (without that index, the whole
  * table is).  Each candidate is locked without waiting, then updated
- * through records.c's executor writer: one that another transaction is
- * writing or locking (idem_complete, idem_checkpoint or idem_release under
- * way) is left for the next pass.  *lower moves to the last created_at
- * seen, so the next batch resumes there.  Returns the number flagged and
- * counts them per operation in idem_stats.
+ * through records.c's executor writer without waiting for its key lock:
+ * one that another transaction is writing, locking or reserving
+ * (idem_complete, idem_checkpoint, idem_release or idem_reserve under way)
+ * is left for the next pass.  *lower moves to the last created_at seen, so
+ * the next batch resumes there.  Returns the number flagged and counts
+ * them per operation in idem_stats.
  */
 static int64
-FlagBatch(int batch_size, TimestampTz cutoff, TimestampTz *lower)
+FlagBatch(PassState *ps, int batch_size, TimestampTz cutoff, TimestampTz *lower)
 {
-	IdemTable	table;
-	IdemWriter	w;
+	BatchScan	bs;
+	IdemTable  *table = &bs.table;
 	Oid			indexid;
-	Relation	index = NULL;
-	IndexScanDesc iscan = NULL;
-	TableScanDesc tscan = NULL;
-	TupleTableSlot *slot;
+	Oid			unusable;
 	ScanKeyData skey[1];
 	int			nkeys = 0;
-	Snapshot	snapshot;
 	StringInfoData buf;
 	OpCounts	oc;
 	int64		flagged = 0;
 
-	if (!IdemRecordsTryOpenRelation(maint_catalog.keys_relid, RowExclusiveLock, &table))
+	if (!BatchScanOpen(&bs, ACL_UPDATE, "idem_flag_stuck()"))
 		return 0;
-	IdemRecordsCheckReadable(&table);
-	IdemRecordsWriterBegin(&table, ACL_UPDATE, "idem_flag_stuck()", &w);
-
-	snapshot = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(table.rel, NULL);
-	indexid = ProcessingIndex(&table);
-	if (OidIsValid(indexid))
+	indexid = ProcessingIndex(table, &unusable);
+	if (OidIsValid(indexid) && *lower != DT_NOBEGIN)
+		ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
+					F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
+	if (!OidIsValid(indexid) && OidIsValid(unusable) && !ps->warned_flag)
 	{
-		if (*lower != DT_NOBEGIN)
-			ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
-						F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
-		index = index_open(indexid, AccessShareLock);
-		iscan = IdemIndexBeginScan(table.rel, index, snapshot, nkeys, 0);
-		index_rescan(iscan, skey, nkeys, NULL, 0);
+		ps->warned_flag = true;
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("index \"%s\" is not valid", get_rel_name(unusable)),
+				 errdetail("Until it is rebuilt, stuck detection reads the whole table."),
+				 errhint("Rebuild it with REINDEX INDEX CONCURRENTLY %s.",
+						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(unusable)),
+													get_rel_name(unusable)))));
 	}
-	else
-		tscan = IdemTableBeginScan(table.rel, snapshot, 0, NULL);
+	BatchScanStart(&bs, indexid, skey, nkeys);
 	initStringInfo(&buf);
 	oc.n = 0;
 
-	while (flagged < batch_size &&
-		   (iscan != NULL ?
-			index_getnext_slot(iscan, ForwardScanDirection, slot) :
-			table_scan_getnextslot(tscan, ForwardScanDirection, slot)))
+	while (flagged < batch_size && BatchScanNext(&bs))
 	{
+		TupleTableSlot *slot = bs.slot;
+		TupleTableSlot *locked = bs.w.locked;
 		IdemRow		row;
-		TupleTableSlot *locked = w.locked;
 		TimestampTz created_at;
+		bool		busy;
 
+		ps->rec_set = false;
 		CHECK_FOR_INTERRUPTS();
-		slot_getallattrs(slot);
-		created_at = DatumGetTimestampTz(IdemRecordsRequired(&table, slot, COL_CREATED_AT));
-		if (iscan != NULL && created_at > *lower)
+		created_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_CREATED_AT));
+		if (bs.iscan != NULL && created_at > *lower)
 			*lower = created_at;
-		if (IdemRecordsStatus(DatumGetTextPP(IdemRecordsRequired(&table, slot, COL_STATUS))) != STATUS_PROCESSING ||
-			DatumGetTimestampTz(IdemRecordsRequired(&table, slot, COL_UPDATED_AT)) > cutoff)
+		/* a heartbeat of -infinity is before any cutoff */
+		if (IdemRecordsStatus(DatumGetTextPP(IdemRecordsRequired(table, slot, COL_STATUS))) != STATUS_PROCESSING ||
+			DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_UPDATED_AT)) > cutoff ||
+			RecordFailed(ps, &slot->tts_tid))
 			continue;
 
-		/* being written or locked, or changed: left for the next pass */
-		if (IdemRecordsLock(&w, &slot->tts_tid, LockTupleNoKeyExclusive, LockWaitSkip) != TM_Ok)
+		/* being written, locked or reserved, or changed: for the next pass */
+		BeginRecord(ps, table, slot);
+		if (IdemRecordsLock(&bs.w, &slot->tts_tid, LockTupleNoKeyExclusive, LockWaitSkip) != TM_Ok)
 			continue;
 		IdemRowInit(&row);
 		IdemRowSet(&row, COL_STATUS, CStringGetTextDatum("stuck"), false);
 		/* a BEFORE UPDATE trigger may keep it processing */
-		if (!IdemRecordsUpdate(&w, &row, false))
+		if (!IdemRecordsTryUpdate(&bs.w, &row, &busy))
 			continue;
+		IdemRecordsFireAfterTriggers(&bs.w);
+		ps->rec_set = false;
 
-		NotifyStuck(&buf, DatumGetTextPP(SlotColumn(&table, locked, COL_SCOPE)),
-					DatumGetTextPP(SlotColumn(&table, locked, COL_OPERATION)),
-					DatumGetTextPP(SlotColumn(&table, locked, COL_KEY)));
-		OpCountsAdd(&oc, DatumGetTextPP(SlotColumn(&table, locked, COL_OPERATION)),
+		NotifyStuck(&buf, DatumGetTextPP(SlotColumn(table, locked, COL_SCOPE)),
+					DatumGetTextPP(SlotColumn(table, locked, COL_OPERATION)),
+					DatumGetTextPP(SlotColumn(table, locked, COL_KEY)));
+		OpCountsAdd(&oc, DatumGetTextPP(SlotColumn(table, locked, COL_OPERATION)),
 					IDEM_STAT_FLAGGED_STUCK);
 		flagged++;
 	}
-
-	if (iscan != NULL)
-	{
-		index_endscan(iscan);
-		index_close(index, AccessShareLock);
-	}
-	else
-		table_endscan(tscan);
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snapshot);
-	IdemRecordsWriterEnd(&w);
-	IdemRecordsClose(&table);
+	ps->rec_set = false;
+	BatchScanEnd(&bs);
 
 	OpCountsFlush(&oc, IDEM_STAT_FLAGGED_STUCK);
 	return flagged;
+}
+
+/* A sweep or flag batch: SweepBatch or FlagBatch */
+typedef int64 (*BatchFunction) (PassState *ps, int batch_size, TimestampTz t,
+								TimestampTz *lower);
+
+/*
+ * Run one batch in a subtransaction, with lock_timeout at most
+ * IDEM_BATCH_LOCK_TIMEOUT_MS; the error it raised, or NULL.  *n: what it
+ * returned.  Not inlined, so that no local of RunBatch lives across the
+ * PG_TRY (-Wclobbered).
+ */
+static pg_noinline ErrorData *
+TryBatch(PassState *ps, BatchFunction batch, int batch_size, TimestampTz t,
+		 TimestampTz *lower, int64 *n)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+
+	ps->rec_set = false;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		int			nestlevel = NewGUCNestLevel();
+
+		if (LockTimeout == 0 || LockTimeout > IDEM_BATCH_LOCK_TIMEOUT_MS)
+			(void) set_config_option("lock_timeout",
+									 CppAsString2(IDEM_BATCH_LOCK_TIMEOUT_MS),
+									 PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_SAVE, true, 0, false);
+		*n = batch(ps, batch_size, t, lower);
+		AtEOXact_GUC(false, nestlevel);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_END_TRY();
+	return edata;
+}
+
+/*
+ * Run a batch so that one record whose write fails (a trigger or CHECK
+ * constraint of the owner refuses it, anything its write raises) never
+ * stops the rest: the batch runs in a subtransaction, and when a record's
+ * write raises, the batch is rolled back, the record reported with a
+ * WARNING naming its key, counted, and left alone for the rest of the
+ * pass, and the batch runs again without it.  An error outside a record's
+ * write, and a cancel, end the unit as before.
+ */
+static int64
+RunBatch(PassState *ps, BatchFunction batch, int batch_size,
+		 TimestampTz t, TimestampTz *lower)
+{
+	for (;;)
+	{
+		TimestampTz from = *lower;
+		int64		n = 0;
+		ErrorData  *edata;
+		MemoryContext oldcxt;
+		ItemPointer tid;
+
+		edata = TryBatch(ps, batch, batch_size, t, lower, &n);
+		if (edata == NULL)
+			return n;
+		if (!ps->rec_set || edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+			ReThrowError(edata);
+
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 batch == FlagBatch ?
+				 errmsg("could not flag idempotency key \"%s\" as stuck",
+						text_to_cstring(ps->rec_key)) :
+				 errmsg("could not delete expired idempotency key \"%s\"",
+						text_to_cstring(ps->rec_key)),
+				 errdetail("Operation \"%s\", scope \"%s\". The write raised: %s",
+						   text_to_cstring(ps->rec_operation),
+						   text_to_cstring(ps->rec_scope), edata->message),
+				 errhint("The record is left as it is; the next maintenance pass tries again."),
+				 edata->context ? errcontext_msg("%s", edata->context) : 0));
+		FreeErrorData(edata);
+		ps->counts->write_errors++;
+
+		oldcxt = MemoryContextSwitchTo(ps->passcxt);
+		tid = palloc(sizeof(ItemPointerData));
+		ItemPointerCopy(&ps->rec_tid, tid);
+		ps->bad = lappend(ps->bad, tid);
+		MemoryContextSwitchTo(oldcxt);
+		ps->rec_set = false;
+		*lower = from;
+	}
 }
 
 /*
@@ -868,10 +1216,58 @@ typedef enum ReconcileResult
 	RECONCILE_GONE				/* no longer stuck, or being written */
 } ReconcileResult;
 
+/* The timeout of a reconciler call (idempotency.reconciler_timeout) */
+static TimeoutId reconciler_timeout_id = MAX_TIMEOUTS;
+static volatile sig_atomic_t reconciler_timed_out = false;
+
+/*
+ * The reconciler ran out of time: cancel it as StatementCancelHandler
+ * does, and remember why, so that the cancel is reported as a timeout and
+ * not passed on as the session's own cancel.
+ */
+static void
+ReconcilerTimeoutHandler(void)
+{
+	reconciler_timed_out = true;
+	if (!proc_exit_inprogress)
+	{
+		InterruptPending = true;
+		QueryCancelPending = true;
+	}
+	SetLatch(MyLatch);
+}
+
+/* Start the clock of one reconciler call */
+static void
+ReconcilerTimerStart(void)
+{
+	if (reconciler_timeout_id == MAX_TIMEOUTS)
+		reconciler_timeout_id = RegisterTimeout(USER_TIMEOUT, ReconcilerTimeoutHandler);
+	reconciler_timed_out = false;
+	enable_timeout_after(reconciler_timeout_id, idem_reconciler_timeout_ms);
+}
+
+/*
+ * Stop it; true when it fired.  A cancel it raised after the reconciler
+ * returned is dropped: it was meant for the call only.
+ */
+static bool
+ReconcilerTimerStop(void)
+{
+	disable_timeout(reconciler_timeout_id, false);
+	if (!reconciler_timed_out)
+		return false;
+	QueryCancelPending = false;
+	return true;
+}
+
 /*
  * Reconcile one stuck record in a subtransaction, with the record locked
  * (FetchStuckRow): while the reconciler runs, the application cannot settle
  * it behind its back (its idem_complete waits, then finds it settled).
+ * Each call gets idempotency.reconciler_timeout: one that runs longer is
+ * cancelled and reported like one that raised.  A cancel of the session's
+ * own (statement_timeout, pg_cancel_backend) ends the unit.
  */
 static ReconcileResult
 ReconcileOne(StuckRecord *rec)
@@ -889,8 +1285,10 @@ ReconcileOne(StuckRecord *rec)
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
+		ReconcilerTimerStart();
 		if (!IdemReconcilerCall(maint_catalog.nspid, &rec->rc, row))
 			result = RECONCILE_SKIPPED;
+		(void) ReconcilerTimerStop();
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
@@ -898,6 +1296,7 @@ ReconcileOne(StuckRecord *rec)
 	PG_CATCH();
 	{
 		ErrorData  *edata;
+		bool		timed_out = ReconcilerTimerStop();
 
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
@@ -906,15 +1305,28 @@ ReconcileOne(StuckRecord *rec)
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
 
-		ereport(WARNING,
-				(errcode(edata->sqlerrcode),
-				 errmsg("reconciler %s failed for idempotency key \"%s\"",
-						rec->rc.handler, text_to_cstring(rec->key)),
-				 errdetail("Operation \"%s\", scope \"%s\". The reconciler raised: %s",
-						   text_to_cstring(rec->rc.operation),
-						   text_to_cstring(rec->scope), edata->message),
-				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
-				 edata->context ? errcontext_msg("%s", edata->context) : 0));
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !timed_out)
+			ReThrowError(edata);
+		if (timed_out)
+			ereport(WARNING,
+					(errcode(ERRCODE_QUERY_CANCELED),
+					 errmsg("reconciler %s timed out for idempotency key \"%s\"",
+							rec->rc.handler, text_to_cstring(rec->key)),
+					 errdetail("Operation \"%s\", scope \"%s\". The call was cancelled after idempotency.reconciler_timeout (%d ms).",
+							   text_to_cstring(rec->rc.operation),
+							   text_to_cstring(rec->scope), idem_reconciler_timeout_ms),
+					 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
+					 edata->context ? errcontext_msg("%s", edata->context) : 0));
+		else
+			ereport(WARNING,
+					(errcode(edata->sqlerrcode),
+					 errmsg("reconciler %s failed for idempotency key \"%s\"",
+							rec->rc.handler, text_to_cstring(rec->key)),
+					 errdetail("Operation \"%s\", scope \"%s\". The reconciler raised: %s",
+							   text_to_cstring(rec->rc.operation),
+							   text_to_cstring(rec->scope), edata->message),
+					 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
+					 edata->context ? errcontext_msg("%s", edata->context) : 0));
 		FreeErrorData(edata);
 		result = RECONCILE_FAILED;
 	}
@@ -1038,19 +1450,41 @@ BecomeTableOwner(PassState *ps)
 	ps->as_owner = true;
 }
 
-/* Open the catalog for a unit; false (pass ends) when the extension is gone */
-static bool
+/*
+ * Open the catalog for a unit.  When the extension is gone, the unit ends
+ * and the pass with it (counts->missing).  When idem_keys is locked by
+ * another transaction, the unit ends too, skipped (counts->skipped), and
+ * the phase with it; the next pass tries again.  Called from SQL, the skip
+ * is a WARNING, once per call.
+ */
+static CatalogOpen
 UnitOpen(PassState *ps)
 {
-	if (OpenCatalog(ps->nspid, ps->relid))
+	CatalogOpen result = OpenCatalog(ps->nspid, ps->relid, true);
+
+	if (result == CATALOG_OPEN)
 	{
 		if (ps->mode == IDEM_TXN_WORKER)
 			BecomeTableOwner(ps);
-		return true;
+		return result;
 	}
 	UnitEnd(ps);
-	ps->counts->missing = true;
-	return false;
+	if (result == CATALOG_MISSING)
+		ps->counts->missing = true;
+	else
+	{
+		ps->counts->skipped++;
+		if (ps->mode != IDEM_TXN_WORKER && !ps->warned_busy)
+		{
+			ps->warned_busy = true;
+			ereport(WARNING,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("could not lock table \"idem_keys\" for maintenance"),
+					 errdetail("Another transaction holds a lock on it that conflicts with deleting and updating records, and maintenance does not wait for it."),
+					 errhint("Call it again once that transaction has ended.")));
+		}
+	}
+	return result;
 }
 
 /* Batch size of this pass */
@@ -1072,10 +1506,11 @@ SweepPhase(PassState *ps)
 		int			batch = BatchSize(ps);
 		int64		n;
 		int64		batch_us;
+		CatalogOpen opened;
 
 		UnitBegin(ps, "idempotency: deleting expired records");
-		if (!UnitOpen(ps))
-			return false;
+		if ((opened = UnitOpen(ps)) != CATALOG_OPEN)
+			return opened == CATALOG_BUSY;	/* skipped: the next phase */
 
 		/*
 		 * A batch of our own need not wait for its WAL flush: if a crash
@@ -1085,7 +1520,8 @@ SweepPhase(PassState *ps)
 			(void) set_config_option("synchronous_commit", "off", PGC_SUSET,
 									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
 									 false);
-		n = SweepBatch(batch, GetCurrentTransactionStartTimestamp(), &lower);
+		n = RunBatch(ps, SweepBatch, batch,
+					 GetCurrentTransactionStartTimestamp(), &lower);
 		UnitEnd(ps);
 		batch_us = NoteBatch(ps, start);
 		ps->counts->deleted += n;
@@ -1109,13 +1545,14 @@ FlagPhase(PassState *ps)
 		TimestampTz cutoff;
 		int64		n;
 		int64		batch_us;
+		CatalogOpen opened;
 
 		UnitBegin(ps, "idempotency: flagging stuck records");
-		if (!UnitOpen(ps))
-			return false;
+		if ((opened = UnitOpen(ps)) != CATALOG_OPEN)
+			return opened == CATALOG_BUSY;	/* skipped: the next phase */
 		cutoff = TimestampTzPlusMilliseconds(GetCurrentTransactionStartTimestamp(),
 											 -(int64) idem_processing_timeout_ms);
-		n = FlagBatch(batch, cutoff, &lower);
+		n = RunBatch(ps, FlagBatch, batch, cutoff, &lower);
 		UnitEnd(ps);
 		batch_us = NoteBatch(ps, start);
 		ps->counts->flagged += n;
@@ -1132,10 +1569,11 @@ ReconcilePhase(PassState *ps)
 {
 	List	   *stuck;
 	ListCell   *lc;
+	CatalogOpen opened;
 
 	UnitBegin(ps, "idempotency: listing stuck records");
-	if (!UnitOpen(ps))
-		return false;
+	if ((opened = UnitOpen(ps)) != CATALOG_OPEN)
+		return opened == CATALOG_BUSY;
 	stuck = ListStuck(BatchSize(ps), ps->passcxt);
 	UnitEnd(ps);
 
@@ -1149,8 +1587,8 @@ ReconcilePhase(PassState *ps)
 		if (StopRequested(ps, 0))
 			return false;
 		UnitBegin(ps, "idempotency: calling a reconciler");
-		if (!UnitOpen(ps))
-			return false;
+		if ((opened = UnitOpen(ps)) != CATALOG_OPEN)
+			return opened == CATALOG_BUSY;	/* skipped: the next phase */
 		r = ReconcileOne(rec);
 		UnitEnd(ps);
 		if (r == RECONCILE_DONE)
@@ -1213,11 +1651,19 @@ RunPass(IdemTxnMode mode, Oid nspid, int phases, int batch_size,
 	ps.unitcxt = AllocSetContextCreate(ps.passcxt,
 									   "idempotency maintenance unit",
 									   ALLOCSET_DEFAULT_SIZES);
+	ps.reccxt = AllocSetContextCreate(ps.passcxt,
+									  "idempotency maintenance record",
+									  ALLOCSET_SMALL_SIZES);
+	ps.warned_sweep = false;
+	ps.warned_flag = false;
+	ps.warned_busy = false;
+	ps.rec_set = false;
 	MemoryContextSwitchTo(ps.passcxt);
 
 	foreach(lc, PassRelations(&ps))
 	{
 		ps.relid = lfirst_oid(lc);
+		ps.bad = NIL;			/* row locations are per relation */
 		if (!((phases & PHASE_SWEEP) == 0 || SweepPhase(&ps)) ||
 			!((phases & PHASE_FLAG) == 0 || FlagPhase(&ps)) ||
 			!((phases & PHASE_RECONCILE) == 0 || ReconcilePhase(&ps)))
@@ -1337,7 +1783,7 @@ idem_set_reconciler(PG_FUNCTION_ARGS)
 
 	IdemCheckOperation(operation);
 	values[0] = PointerGetDatum(operation);
-	(void) OpenCatalog(nspid, InvalidOid);
+	(void) OpenCatalog(nspid, InvalidOid, false);
 
 	if (!PG_ARGISNULL(1))
 	{

@@ -1098,10 +1098,13 @@ IdemRecordsInsert(IdemWriter *w, IdemRow *row)
 /*
  * Replace the columns set in row in the version IdemRecordsLock locked.  With
  * report_skip false, a BEFORE trigger's skipping the update returns false
- * instead of raising an error.
+ * instead of raising an error.  With wait false, the key lock is not waited
+ * for: when a reservation holds it, nothing is written, *busy is set and
+ * false returned.
  */
-bool
-IdemRecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
+static bool
+UpdateLocked(IdemWriter *w, IdemRow *row, bool report_skip, bool wait,
+			 bool *busy)
 {
 	TupleTableSlot *slot = w->row;
 	int			natts = slot->tts_tupleDescriptor->natts;
@@ -1127,7 +1130,11 @@ IdemRecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
 	 */
 	IdemRecordsKeyLockTag(&tag, DatumGetTextPP(key[0]), DatumGetTextPP(key[1]),
 						  DatumGetTextPP(key[2]));
-	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	if (LockAcquire(&tag, ExclusiveLock, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
+	{
+		*busy = true;
+		return false;
+	}
 	ExecSimpleRelationUpdate(w->rri, w->estate, &w->epqstate, w->locked, slot);
 	LockRelease(&tag, ExclusiveLock, false);
 	if (!ItemPointerIsValid(&slot->tts_tid))
@@ -1138,6 +1145,27 @@ IdemRecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
 	}
 	CheckKeyKept(w->table, key, slot);
 	return true;
+}
+
+/* UpdateLocked, waiting for the key lock as long as a reservation holds it */
+bool
+IdemRecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip)
+{
+	bool		busy = false;
+
+	return UpdateLocked(w, row, report_skip, true, &busy);
+}
+
+/*
+ * UpdateLocked for maintenance, which never waits on an application: false
+ * with *busy set when a reservation holds the key lock right now, false
+ * with *busy clear when a BEFORE trigger skipped the update.
+ */
+bool
+IdemRecordsTryUpdate(IdemWriter *w, IdemRow *row, bool *busy)
+{
+	*busy = false;
+	return UpdateLocked(w, row, false, false, busy);
 }
 
 /*
@@ -1168,6 +1196,24 @@ IdemRecordsDelete(IdemWriter *w, bool report_skip)
 		}
 	}
 	return true;
+}
+
+/*
+ * Fire now the AFTER ROW triggers that the writes so far queued, rather
+ * than in IdemRecordsWriterEnd, so that an error they raise belongs to the
+ * record just written (maintenance reports it by key).  Nothing to do for
+ * a table without such triggers.
+ */
+void
+IdemRecordsFireAfterTriggers(IdemWriter *w)
+{
+	TriggerDesc *trigdesc = w->rri->ri_TrigDesc;
+
+	if (trigdesc == NULL ||
+		!(trigdesc->trig_update_after_row || trigdesc->trig_delete_after_row))
+		return;
+	AfterTriggerEndQuery(w->estate);
+	AfterTriggerBeginQuery();
 }
 
 /* Start a row with no column set */

@@ -126,9 +126,11 @@ extern TM_Result IdemRecordsLock(IdemWriter *w, ItemPointer tid,
 								 LockTupleMode mode, LockWaitPolicy policy);
 extern void IdemRecordsInsert(IdemWriter *w, IdemRow *row);
 extern bool IdemRecordsUpdate(IdemWriter *w, IdemRow *row, bool report_skip);
+extern bool IdemRecordsTryUpdate(IdemWriter *w, IdemRow *row, bool *busy);
 extern void IdemRecordsKeyLockTag(LOCKTAG *tag, text *scope, text *operation,
 								  text *key);
 extern bool IdemRecordsDelete(IdemWriter *w, bool report_skip);
+extern void IdemRecordsFireAfterTriggers(IdemWriter *w);
 
 extern void IdemRowInit(IdemRow *row);
 extern void IdemRowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull);

@@ -67,7 +67,7 @@ PG_FUNCTION_INFO_V1(idem_worker_status);
 #define IDEM_STATUS_MAX_DATABASES	1024
 
 /* Columns of idem_worker_status() */
-#define IDEM_STATUS_COLS			16
+#define IDEM_STATUS_COLS			20
 
 /* Reports of databases without the extension, waiting for the launcher */
 #define IDEM_STATUS_MAX_ABSENT		64
@@ -84,6 +84,8 @@ typedef struct IdemStatusEntry
 	int64		total_flagged;
 	int64		total_reconciled;
 	int64		total_failed;
+	int64		total_skipped;
+	int64		total_write_errors;
 } IdemStatusEntry;
 
 typedef struct IdemStatusShared
@@ -314,6 +316,8 @@ IdemStatusReportPass(Oid dboid, TimestampTz start, TimestampTz end,
 	e->total_flagged += counts->flagged;
 	e->total_reconciled += counts->reconciled;
 	e->total_failed += counts->failed;
+	e->total_skipped += counts->skipped;
+	e->total_write_errors += counts->write_errors;
 	LWLockRelease(idem_status->lock);
 }
 
@@ -367,9 +371,10 @@ IntervalFromMicroseconds(int64 us)
 
 /*
  * idem_worker_status() → SETOF (datid, passes, last_pass_start,
- * last_pass_end, deleted, flagged, reconciled, failed, batches,
- * longest_batch, stopped_early, total_deleted, total_flagged,
- * total_reconciled, total_failed, next_pass_due): one row per database the
+ * last_pass_end, deleted, flagged, reconciled, failed, skipped,
+ * write_errors, batches, longest_batch, stopped_early, total_deleted,
+ * total_flagged, total_reconciled, total_failed, total_skipped,
+ * total_write_errors, next_pass_due): one row per database the
  * worker has maintained since the server started.  Who may call it is
  * decided by GRANTs in the install script.
  */
@@ -410,6 +415,8 @@ idem_worker_status(PG_FUNCTION_ARGS)
 		values[c++] = Int64GetDatum(e->last.flagged);
 		values[c++] = Int64GetDatum(e->last.reconciled);
 		values[c++] = Int64GetDatum(e->last.failed);
+		values[c++] = Int64GetDatum(e->last.skipped);
+		values[c++] = Int64GetDatum(e->last.write_errors);
 		values[c++] = Int64GetDatum(e->last.batches);
 		values[c++] = IntervalFromMicroseconds(e->last.longest_batch_us);
 		values[c++] = BoolGetDatum(e->last.stopped);
@@ -417,6 +424,8 @@ idem_worker_status(PG_FUNCTION_ARGS)
 		values[c++] = Int64GetDatum(e->total_flagged);
 		values[c++] = Int64GetDatum(e->total_reconciled);
 		values[c++] = Int64GetDatum(e->total_failed);
+		values[c++] = Int64GetDatum(e->total_skipped);
+		values[c++] = Int64GetDatum(e->total_write_errors);
 		nulls[c] = idem_status->next_round == 0;
 		values[c++] = TimestampTzGetDatum(idem_status->next_round);
 		Assert(c == IDEM_STATUS_COLS);

@@ -54,7 +54,9 @@
  * (DROP DATABASE, ALTER DATABASE RENAME or SET TABLESPACE, CREATE DATABASE
  * copying it) the worker leaves quietly and the database waits for the next
  * round.  Between units of work the worker ends its pass when someone waits
- * for that lock, so it holds such a command up for one batch at most; the
+ * for that lock, so it holds such a command up for one batch, or one
+ * reconciler call (idempotency.reconciler_timeout), at most: no unit waits
+ * on an application's lock without a limit (maintenance.c); the
  * lock goes only when the worker exits, after it has left the ProcArray, so
  * DROP DATABASE never finds it still connected.  A dropped extension ends a
  * pass quietly too (maintenance.c).
@@ -72,7 +74,8 @@
  * ---------------
  * A worker records its pass in shared memory (status.c, the
  * idem_worker_status view) and logs a summary: at LOG when the pass did
- * something and took at least idempotency.log_pass_min_duration, else at
+ * something and took at least idempotency.log_pass_min_duration, or
+ * skipped a unit (idem_keys locked) or had a record's write fail, else at
  * DEBUG1.  The launcher records when its next round is due, and at each
  * round (once a minute while paused) forgets the shared-memory entries,
  * statistics and status, of databases that were dropped.
@@ -941,14 +944,17 @@ ReportPass(const IdemPassCounts *counts, TimestampTz start, TimestampTz end)
 	long		ms = (long) ((end - start) / 1000);
 	bool		worked = counts->deleted > 0 || counts->flagged > 0 ||
 		counts->reconciled > 0 || counts->failed > 0;
+	bool		troubled = counts->skipped > 0 || counts->write_errors > 0;
 	int			elevel = DEBUG1;
 
-	if (worked && idem_log_pass_min_duration >= 0 &&
-		ms >= idem_log_pass_min_duration)
+	/* A skip or a failed write is logged whatever the duration */
+	if (troubled ||
+		(worked && idem_log_pass_min_duration >= 0 &&
+		 ms >= idem_log_pass_min_duration))
 		elevel = LOG;
 
 	ereport(elevel,
-			(errmsg("%s: deleted %lld expired records, flagged %lld stuck, reconciled %lld (%lld failed) in %ld ms; %lld batches, longest %.3f ms",
+			(errmsg("%s: deleted %lld expired records, flagged %lld stuck, reconciled %lld (%lld failed) in %ld ms; %lld batches, longest %.3f ms; %lld skipped, %lld write errors",
 					MyBgworkerEntry->bgw_name,
 					(long long) counts->deleted,
 					(long long) counts->flagged,
@@ -956,9 +962,13 @@ ReportPass(const IdemPassCounts *counts, TimestampTz start, TimestampTz end)
 					(long long) counts->failed,
 					ms,
 					(long long) counts->batches,
-					counts->longest_batch_us / 1000.0),
+					counts->longest_batch_us / 1000.0,
+					(long long) counts->skipped,
+					(long long) counts->write_errors),
 			 counts->stopped ?
-			 errdetail("The pass ended before its work was done: idempotency.enabled was turned off, or a command was waiting for the database.") : 0));
+			 errdetail("The pass ended before its work was done: idempotency.enabled was turned off, or a command was waiting for the database.") :
+			 counts->skipped > 0 ?
+			 errdetail("Some work was skipped because another transaction held a lock on table \"idem_keys\"; the next pass tries again.") : 0));
 }
 
 /* Entry point of a worker: one maintenance pass in one database */

@@ -117,7 +117,7 @@ SELECT (SELECT count(*) FROM idem_keys WHERE operation = 'pay')
 	'0 completed stuck 3 0',
 	'the database agrees: the expired records are gone, one key completed, one stuck');
 ok( $node->wait_for_log(
-		qr/LOG:  idempotency worker for database app: deleted 3 expired records, flagged 2 stuck, reconciled 1 \(1 failed\) in \d+ ms; \d+ batches, longest [0-9.]+ ms\n/,
+		qr/LOG:  idempotency worker for database app: deleted 3 expired records, flagged 2 stuck, reconciled 1 \(1 failed\) in \d+ ms; \d+ batches, longest [0-9.]+ ms; 0 skipped, 0 write errors\n/,
 		$log_from),
 	'the pass that did something is logged at LOG with what it did');
 
