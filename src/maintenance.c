@@ -1018,36 +1018,24 @@ typedef int64 (*BatchFunction) (PassState *ps, int batch_size, TimestampTz t,
 								TimestampTz *lower);
 
 /*
- * Run one batch in a subtransaction, with lock_timeout at most
- * IDEM_BATCH_LOCK_TIMEOUT_MS; the error it raised, or NULL.  *n: what it
- * returned.  Not inlined, so that no local of RunBatch lives across the
- * PG_TRY (-Wclobbered).
+ * Call fn(arg) in a subtransaction: NULL when it returned, else the error
+ * it raised, copied into the current memory context once the
+ * subtransaction is rolled back.  Not inlined, so that no local of a
+ * caller lives across the PG_TRY (-Wclobbered).
  */
 static pg_noinline ErrorData *
-TryBatch(PassState *ps, BatchFunction batch, int batch_size, TimestampTz t,
-		 TimestampTz *lower, int64 *n)
+CallInSubtransaction(void (*fn) (void *arg), void *arg)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 	ErrorData  *volatile edata = NULL;
 
-	ps->rec_set = false;
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		int			nestlevel = NewGUCNestLevel();
-
-		if (LockTimeout == 0 || LockTimeout > IDEM_BATCH_LOCK_TIMEOUT_MS)
-			(void) set_config_option("lock_timeout",
-									 CppAsString2(IDEM_BATCH_LOCK_TIMEOUT_MS),
-									 PGC_USERSET, PGC_S_SESSION,
-									 GUC_ACTION_SAVE, true, 0, false);
-		*n = batch(ps, batch_size, t, lower);
-		AtEOXact_GUC(false, nestlevel);
+		fn(arg);
 		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
 	}
 	PG_CATCH();
 	{
@@ -1055,11 +1043,38 @@ TryBatch(PassState *ps, BatchFunction batch, int batch_size, TimestampTz t,
 		edata = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
 	}
 	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
 	return edata;
+}
+
+/* One call of a batch function, for CallInSubtransaction */
+typedef struct BatchCall
+{
+	PassState  *ps;
+	BatchFunction batch;
+	int			batch_size;
+	TimestampTz t;
+	TimestampTz *lower;
+	int64		n;				/* what it returned */
+} BatchCall;
+
+/* Run a batch with lock_timeout at most IDEM_BATCH_LOCK_TIMEOUT_MS */
+static void
+BatchCallRun(void *arg)
+{
+	BatchCall  *c = (BatchCall *) arg;
+	int			nestlevel = NewGUCNestLevel();
+
+	if (LockTimeout == 0 || LockTimeout > IDEM_BATCH_LOCK_TIMEOUT_MS)
+		(void) set_config_option("lock_timeout",
+								 CppAsString2(IDEM_BATCH_LOCK_TIMEOUT_MS),
+								 PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	c->n = c->batch(c->ps, c->batch_size, c->t, c->lower);
+	AtEOXact_GUC(false, nestlevel);
 }
 
 /*
@@ -1077,15 +1092,16 @@ RunBatch(PassState *ps, BatchFunction batch, int batch_size,
 {
 	for (;;)
 	{
+		BatchCall	call = {ps, batch, batch_size, t, lower, 0};
 		TimestampTz from = *lower;
-		int64		n = 0;
 		ErrorData  *edata;
 		MemoryContext oldcxt;
 		ItemPointer tid;
 
-		edata = TryBatch(ps, batch, batch_size, t, lower, &n);
+		ps->rec_set = false;
+		edata = CallInSubtransaction(BatchCallRun, &call);
 		if (edata == NULL)
-			return n;
+			return call.n;
 		if (!ps->rec_set || edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 			ReThrowError(edata);
 
@@ -1170,10 +1186,8 @@ ListStuck(int limit, MemoryContext cxt)
  * ends; otherwise, or when another transaction is writing it, (Datum) 0.
  * Read with the latest snapshot, so that the lock never meets a row version
  * newer than the snapshot (no serialization failure in REPEATABLE READ).
- * Not inlined: its locals would then live across ReconcileOne's PG_TRY,
- * which -Wclobbered rightly warns about at some optimization levels.
  */
-static pg_noinline Datum
+static Datum
 FetchStuckRow(StuckRecord *rec)
 {
 	Datum		values[3];
@@ -1269,69 +1283,66 @@ ReconcilerTimerStop(void)
  * cancelled and reported like one that raised.  A cancel of the session's
  * own (statement_timeout, pg_cancel_backend) ends the unit.
  */
+/* One reconciler call, for CallInSubtransaction */
+typedef struct ReconcilerCall
+{
+	StuckRecord *rec;
+	Datum		row;
+	bool		called;			/* not skipped by IdemReconcilerCall's checks */
+} ReconcilerCall;
+
+/* Call the reconciler with the clock of idempotency.reconciler_timeout */
+static void
+ReconcilerCallRun(void *arg)
+{
+	ReconcilerCall *c = (ReconcilerCall *) arg;
+
+	ReconcilerTimerStart();
+	c->called = IdemReconcilerCall(maint_catalog.nspid, &c->rec->rc, c->row);
+	(void) ReconcilerTimerStop();
+}
+
 static ReconcileResult
 ReconcileOne(StuckRecord *rec)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	Datum		row;
-	volatile ReconcileResult result = RECONCILE_DONE;
+	ReconcilerCall call = {rec, (Datum) 0, false};
+	ErrorData  *edata;
+	bool		timed_out;
 
-	row = FetchStuckRow(rec);
-	if (row == (Datum) 0)
+	call.row = FetchStuckRow(rec);
+	if (call.row == (Datum) 0)
 		return RECONCILE_GONE;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		ReconcilerTimerStart();
-		if (!IdemReconcilerCall(maint_catalog.nspid, &rec->rc, row))
-			result = RECONCILE_SKIPPED;
-		(void) ReconcilerTimerStop();
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-		bool		timed_out = ReconcilerTimerStop();
+	edata = CallInSubtransaction(ReconcilerCallRun, &call);
+	if (edata == NULL)
+		return call.called ? RECONCILE_DONE : RECONCILE_SKIPPED;
 
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-
-		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !timed_out)
-			ReThrowError(edata);
-		if (timed_out)
-			ereport(WARNING,
-					(errcode(ERRCODE_QUERY_CANCELED),
-					 errmsg("reconciler %s timed out for idempotency key \"%s\"",
-							rec->rc.handler, text_to_cstring(rec->key)),
-					 errdetail("Operation \"%s\", scope \"%s\". The call was cancelled after idempotency.reconciler_timeout (%d ms).",
-							   text_to_cstring(rec->rc.operation),
-							   text_to_cstring(rec->scope), idem_reconciler_timeout_ms),
-					 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
-					 edata->context ? errcontext_msg("%s", edata->context) : 0));
-		else
-			ereport(WARNING,
-					(errcode(edata->sqlerrcode),
-					 errmsg("reconciler %s failed for idempotency key \"%s\"",
-							rec->rc.handler, text_to_cstring(rec->key)),
-					 errdetail("Operation \"%s\", scope \"%s\". The reconciler raised: %s",
-							   text_to_cstring(rec->rc.operation),
-							   text_to_cstring(rec->scope), edata->message),
-					 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
-					 edata->context ? errcontext_msg("%s", edata->context) : 0));
-		FreeErrorData(edata);
-		result = RECONCILE_FAILED;
-	}
-	PG_END_TRY();
-	return result;
+	/* the clock still runs when the reconciler raised */
+	timed_out = ReconcilerTimerStop();
+	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !timed_out)
+		ReThrowError(edata);
+	if (timed_out)
+		ereport(WARNING,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("reconciler %s timed out for idempotency key \"%s\"",
+						rec->rc.handler, text_to_cstring(rec->key)),
+				 errdetail("Operation \"%s\", scope \"%s\". The call was cancelled after idempotency.reconciler_timeout (%d ms).",
+						   text_to_cstring(rec->rc.operation),
+						   text_to_cstring(rec->scope), idem_reconciler_timeout_ms),
+				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
+				 edata->context ? errcontext_msg("%s", edata->context) : 0));
+	else
+		ereport(WARNING,
+				(errcode(edata->sqlerrcode),
+				 errmsg("reconciler %s failed for idempotency key \"%s\"",
+						rec->rc.handler, text_to_cstring(rec->key)),
+				 errdetail("Operation \"%s\", scope \"%s\". The reconciler raised: %s",
+						   text_to_cstring(rec->rc.operation),
+						   text_to_cstring(rec->scope), edata->message),
+				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
+				 edata->context ? errcontext_msg("%s", edata->context) : 0));
+	FreeErrorData(edata);
+	return RECONCILE_FAILED;
 }
 
 /*
