@@ -226,3 +226,96 @@ COMMENT ON FUNCTION @extschema@.idem_distribute(regclass) IS
 	'Citus set-up: distributes idem_keys by scope co-located with the given table and delegates the functions that take a scope to the node of its shard';
 
 REVOKE ALL ON FUNCTION @extschema@.idem_distribute(regclass) FROM PUBLIC;
+
+-- idem_reserve and idem_lookup declare their result columns (OUT
+-- parameters, RETURNS TABLE) instead of returning the composite types
+-- idem_reservation and idem_keys: PostgreSQL opened such a type's relation
+-- for each call after parse analysis found the function, without a lock
+-- that keeps it, and a call racing DROP EXTENSION failed with XX000 "could
+-- not open relation with OID ...".  The columns are the same, so SELECT *
+-- and (idem_reserve(...)).outcome keep working, and idem_reservation stays.
+-- A return type changes only through DROP FUNCTION: the grants made on
+-- the old functions are carried over to the new ones.  (A view or a
+-- function with a SQL-standard body that uses them makes the DROP fail:
+-- drop it before the update and create it again after.)
+SELECT pg_catalog.set_config('idem_upgrade.reserve_acl',
+	COALESCE((SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc p
+		WHERE p.oid OPERATOR(pg_catalog.=)
+			'@extschema@.idem_reserve(text, text, jsonb, text, interval)'::pg_catalog.regprocedure), ''),
+	true);
+SELECT pg_catalog.set_config('idem_upgrade.lookup_acl',
+	COALESCE((SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc p
+		WHERE p.oid OPERATOR(pg_catalog.=)
+			'@extschema@.idem_lookup(text, text, text)'::pg_catalog.regprocedure), ''),
+	true);
+
+DROP FUNCTION @extschema@.idem_reserve(text, text, jsonb, text, interval);
+CREATE FUNCTION @extschema@.idem_reserve(
+	operation text,
+	key text,
+	request jsonb DEFAULT NULL,
+	scope text DEFAULT '',
+	ttl interval DEFAULT NULL,
+	OUT outcome text,
+	OUT http_status integer,
+	OUT response_status integer,
+	OUT response jsonb,
+	OUT resource_id text,
+	OUT recovery_point text,
+	OUT expires_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_reserve'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.idem_reserve(text, text, jsonb, text, interval) FROM PUBLIC;
+
+DROP FUNCTION @extschema@.idem_lookup(text, text, text);
+CREATE FUNCTION @extschema@.idem_lookup(
+	operation text,
+	key text,
+	scope text DEFAULT '')
+RETURNS TABLE (
+	scope			text,
+	operation		text,
+	key				text,
+	request_hash	bytea,
+	status			text,
+	response_status	integer,
+	response		jsonb,
+	resource_id		text,
+	recovery_point	text,
+	created_at		timestamptz,
+	updated_at		timestamptz,
+	expires_at		timestamptz,
+	ttl				interval)
+AS 'MODULE_PATHNAME', 'idem_lookup'
+LANGUAGE C STABLE PARALLEL SAFE ROWS 1;
+REVOKE ALL ON FUNCTION @extschema@.idem_lookup(text, text, text) FROM PUBLIC;
+
+DO $$
+DECLARE
+	f pg_catalog.regprocedure;
+	saved pg_catalog.text;
+	a pg_catalog.record;
+BEGIN
+	FOR f, saved IN VALUES
+		('@extschema@.idem_reserve(text, text, jsonb, text, interval)'::pg_catalog.regprocedure,
+		 pg_catalog.current_setting('idem_upgrade.reserve_acl')),
+		('@extschema@.idem_lookup(text, text, text)'::pg_catalog.regprocedure,
+		 pg_catalog.current_setting('idem_upgrade.lookup_acl'))
+	LOOP
+		CONTINUE WHEN saved OPERATOR(pg_catalog.=) '';
+		FOR a IN
+			SELECT x.grantee, x.is_grantable
+			FROM pg_catalog.aclexplode(saved::pg_catalog.aclitem[]) x
+			WHERE x.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+				AND x.grantee OPERATOR(pg_catalog.<>) 0::pg_catalog.oid
+				AND x.grantee OPERATOR(pg_catalog.<>)
+					(SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) f)
+		LOOP
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I%s', f,
+				pg_catalog.pg_get_userbyid(a.grantee),
+				CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+		END LOOP;
+	END LOOP;
+END
+$$;

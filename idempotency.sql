@@ -39,9 +39,12 @@ COMMENT ON TABLE @extschema@.idem_keys IS
 -- Keep the records in pg_dump output: they are user data, not extension code.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_keys', '');
 
--- The row idem_reserve returns.  A named type rather than OUT parameters:
--- the caller's executor finds its descriptor in the type cache instead of
--- building it on every call.
+-- The row idem_reserve returns, as a type of its own for callers that
+-- declare variables of it.  idem_reserve itself declares OUT parameters of
+-- the same names and types: a function whose result is a composite type
+-- has that type's relation opened for each call after parse analysis found
+-- the function, without a lock that keeps it, and a call racing DROP
+-- EXTENSION failed with XX000 "could not open relation with OID ...".
 CREATE TYPE @extschema@.idem_reservation AS (
 	outcome			text,
 	http_status		integer,
@@ -57,8 +60,15 @@ CREATE FUNCTION @extschema@.idem_reserve(
 	key text,
 	request jsonb DEFAULT NULL,
 	scope text DEFAULT '',
-	ttl interval DEFAULT NULL)
-RETURNS @extschema@.idem_reservation
+	ttl interval DEFAULT NULL,
+	OUT outcome text,
+	OUT http_status integer,
+	OUT response_status integer,
+	OUT response jsonb,
+	OUT resource_id text,
+	OUT recovery_point text,
+	OUT expires_at timestamptz)
+RETURNS record
 AS 'MODULE_PATHNAME', 'idem_reserve'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
@@ -90,11 +100,26 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'idem_checkpoint'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
+-- The columns of idem_keys, declared here rather than as SETOF idem_keys
+-- for the same reason as idem_reserve's OUT parameters
 CREATE FUNCTION @extschema@.idem_lookup(
 	operation text,
 	key text,
 	scope text DEFAULT '')
-RETURNS SETOF @extschema@.idem_keys
+RETURNS TABLE (
+	scope			text,
+	operation		text,
+	key				text,
+	request_hash	bytea,
+	status			text,
+	response_status	integer,
+	response		jsonb,
+	resource_id		text,
+	recovery_point	text,
+	created_at		timestamptz,
+	updated_at		timestamptz,
+	expires_at		timestamptz,
+	ttl				interval)
 AS 'MODULE_PATHNAME', 'idem_lookup'
 LANGUAGE C STABLE PARALLEL SAFE ROWS 1;
 

@@ -984,6 +984,69 @@ LookupSnapshot(void)
 	return GetLatestSnapshot();
 }
 
+/*
+ * The record row, a tuple of the table read, as a row of idem_lookup's
+ * result type, column by column by name: the columns the function declares
+ * (0.2.0: a TABLE of idem_keys's columns, so that no relation is opened for
+ * the result), or idem_keys itself (0.1.0: SETOF idem_keys).  The table is
+ * open and locked, so its descriptor cannot go away meanwhile.
+ */
+static Datum
+LookupResultRow(FunctionCallInfo fcinfo, IdemTable *table, Datum row)
+{
+	TupleDesc	result;
+	TupleDesc	tabledesc = RelationGetDescr(table->rel);
+	HeapTupleData tuple;
+	Datum	   *tvalues;
+	bool	   *tnulls;
+	Datum	   *values;
+	bool	   *nulls;
+	int			i;
+
+	if (get_call_result_type(fcinfo, NULL, &result) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	result = BlessTupleDesc(CreateTupleDescCopy(result));
+
+	tuple.t_len = HeapTupleHeaderGetDatumLength(DatumGetHeapTupleHeader(row));
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = DatumGetHeapTupleHeader(row);
+	tvalues = palloc(tabledesc->natts * sizeof(Datum));
+	tnulls = palloc(tabledesc->natts * sizeof(bool));
+	heap_deform_tuple(&tuple, tabledesc, tvalues, tnulls);
+
+	values = palloc(result->natts * sizeof(Datum));
+	nulls = palloc(result->natts * sizeof(bool));
+	for (i = 0; i < result->natts; i++)
+	{
+		Form_pg_attribute out = TupleDescAttr(result, i);
+		int			j;
+
+		values[i] = (Datum) 0;
+		nulls[i] = true;
+		if (out->attisdropped)
+			continue;
+		for (j = 0; j < tabledesc->natts; j++)
+		{
+			Form_pg_attribute in = TupleDescAttr(tabledesc, j);
+
+			if (in->attisdropped || strcmp(NameStr(in->attname), NameStr(out->attname)) != 0)
+				continue;
+			if (in->atttypid != out->atttypid)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("column \"%s\" of table \"%s\" must be of type %s",
+								NameStr(in->attname), RelationGetRelationName(table->rel),
+								format_type_be(out->atttypid)),
+						 errhint("Change the column back with ALTER TABLE ... ALTER COLUMN ... TYPE.")));
+			values[i] = tvalues[j];
+			nulls[i] = tnulls[j];
+			break;
+		}
+	}
+	return HeapTupleGetDatum(heap_form_tuple(result, values, nulls));
+}
+
 /* idem_lookup(operation, key, scope) → SETOF idem_keys: the live record */
 Datum
 idem_lookup(PG_FUNCTION_ARGS)
@@ -1013,6 +1076,7 @@ idem_lookup(PG_FUNCTION_ARGS)
 		if (IdemRecordsFetch(&table, snapshot, scope, operation, key, &rec, row) &&
 			!IsExpired(&rec, CallTime()))
 		{
+			*row = LookupResultRow(fcinfo, &table, *row);
 			funcctx->user_fctx = row;
 			funcctx->max_calls = 1;
 		}

@@ -35,6 +35,13 @@ CREATE FUNCTION reconcile_pay(r idem_keys) RETURNS void LANGUAGE sql AS $$ SELEC
 INSERT INTO idem_reconcilers (operation, handler, run_as)
 VALUES ('pay', 'public.reconcile_pay(public.idem_keys)', current_user::regrole);
 
+-- an application role's grants on the functions whose result type the
+-- update changes (DROP FUNCTION, CREATE FUNCTION)
+CREATE ROLE app;
+GRANT SELECT, INSERT, UPDATE ON idem_keys TO app;
+GRANT EXECUTE ON FUNCTION idem_reserve(text, text, jsonb, text, interval),
+	idem_lookup(text, text, text) TO app;
+
 CREATE ROLE tabowner;
 ALTER TABLE idem_keys OWNER TO tabowner;
 GRANT TRIGGER ON idem_reconcilers TO tabowner;
@@ -100,6 +107,27 @@ UPDATE idem_keys SET status = 'stuck' WHERE key = 'k-stuck';
 });
 is($node->safe_psql('shop', q{SELECT idem_reconcile()}), '1',
 	'and it is called, as run_as');
+
+# idem_reserve and idem_lookup declare their columns (no relation is opened
+# for their result); the application keeps its grants and its queries
+is( $node->safe_psql(
+		'shop', q{
+SELECT string_agg(proname || ' ' || prorettype::regtype || ' ' || (proallargtypes IS NOT NULL), ', ' ORDER BY proname)
+FROM pg_proc WHERE proname IN ('idem_reserve', 'idem_lookup')}),
+	'idem_lookup record true, idem_reserve record true',
+	'idem_reserve and idem_lookup return records of declared columns');
+is( $node->safe_psql(
+		'shop', q{
+SET ROLE app;
+SELECT outcome FROM idem_reserve('pay', 'k-app');
+SELECT (idem_reserve('pay', 'k-app')).outcome;
+SELECT key || ' ' || status || ' ' || (ttl IS NOT NULL) FROM idem_lookup('pay', 'k-app');
+SELECT count(*) FROM idem_lookup('pay', 'k-open');}),
+	"new
+in_progress
+k-app processing true
+1",
+	'the application role keeps EXECUTE on them, with the same columns');
 
 $node->stop('fast');
 done_testing();
