@@ -53,7 +53,7 @@ $node->safe_psql(
 	'shop', q{
 -- The extension's schema, on every reconciler's search_path, belongs to
 -- the superuser: where the database owner may create in it, a superuser's
--- reconciler is skipped (test/t/028_reconciler_schema.pl)
+-- reconciler is skipped (test/t/029_reconciler_schema.pl)
 ALTER SCHEMA public OWNER TO CURRENT_USER;
 CREATE EXTENSION idempotency;
 GRANT SELECT, UPDATE, DELETE ON idem_keys TO maint;
