@@ -6,14 +6,18 @@
 # with debootstrap once, cached, an overlay thrown away after each run) and
 # runs the README's test command there as root, `PGVER=N bash test/run.sh`,
 # exactly as on a new machine: it installs its own packages with apt-get.
-# Then it prints a table of version x passed / failed / skipped / wall time
-# and exits non-zero if any version failed.  Every mount is made in the
+# Where a root can install two majors side by side, it also runs
+# test/pg_upgrade.sh there (pg_upgrade and pg_upgradecluster from the older
+# to the newer, with the extension installed and records of every status):
+# experimental, 18 -> 19.  Then it prints a table of version x passed /
+# failed / skipped / wall time and exits non-zero if any row failed.  Every mount is made in the
 # run's own namespaces and unmounted when it ends.
 #
 #   bash test/matrix.sh                  bookworm (15), trixie (17), sid (18), experimental (19)
 #   bash test/matrix.sh sid experimental only those
 #
-# Environment: IDEM_ROOTS (cache of the roots, default
+# Environment: IDEM_MATRIX_ONLY=suite|upgrade (run only the suites, or only
+# the major-version upgrades), IDEM_ROOTS (cache of the roots, default
 # /var/cache/idempotency/roots), IDEM_MIRROR (Debian mirror), IDEM_MATRIX_REV
 # (the commit to test, default HEAD), IDEM_MATRIX_LOGS (directory for one
 # full log per version, default a new directory under /tmp, kept),
@@ -28,6 +32,13 @@ debroot_need_root matrix
 
 # The PostgreSQL each root's suite ships
 declare -A PGVER_OF=([bookworm]=15 [trixie]=17 [sid]=18 [experimental]=19)
+# The older major each root can install beside its own, for test/pg_upgrade.sh
+declare -A UPGRADE_FROM=([experimental]=18)
+only=${IDEM_MATRIX_ONLY:-all}
+case "$only" in
+	all | suite | upgrade) ;;
+	*) echo "matrix: IDEM_MATRIX_ONLY must be suite or upgrade" >&2; exit 2 ;;
+esac
 
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=(bookworm trixie sid experimental)
@@ -54,19 +65,22 @@ echo "== logs in $logs"
 
 rows=()
 any_failed=0
-for name in "${names[@]}"; do
-	ver=${PGVER_OF[$name]}
-	log=$logs/$name-$ver.log
-	echo "== $name (PostgreSQL $ver): running"
+# One row: run command (a string, in the root's copy of the tree) in root
+# name, labelled "label" (a version, or OLD->NEW)
+run_row() {
+	local name=$1 label=$2 what=$3 command=$4 log rc start secs summary passed failed skipped result
+	log=$logs/$name-$label.log
+	log=${log//>/}
+	echo "== $name ($what): running"
 	start=$(date +%s)
 	rc=0
 	if [ "${IDEM_MATRIX_VERBOSE:-0}" = 1 ]; then
 		debroot_run "$name" --copy "$src:/root/idempotency" -- \
-			bash -c "cd /root/idempotency && PGVER=$ver bash test/run.sh" 2>&1 |
+			bash -c "cd /root/idempotency && $command" 2>&1 |
 			tee "$log" || rc=${PIPESTATUS[0]}
 	else
 		debroot_run "$name" --copy "$src:/root/idempotency" -- \
-			bash -c "cd /root/idempotency && PGVER=$ver bash test/run.sh" \
+			bash -c "cd /root/idempotency && $command" \
 			>"$log" 2>&1 || rc=$?
 	fi
 	secs=$(($(date +%s) - start))
@@ -84,10 +98,22 @@ for name in "${names[@]}"; do
 		echo "== $name: last lines of $log"
 		tail -n 25 "$log" | sed 's/^/   /'
 	fi
-	rows+=("$(printf '%-7s  %-12s  %6s  %6s  %7s  %6s  %s' "$ver" "$name" \
+	rows+=("$(printf '%-7s  %-12s  %6s  %6s  %7s  %6s  %s' "$label" "$name" \
 		"${passed:--}" "${failed:--}" "${skipped:-0}" \
 		"$((secs / 60))m$(printf '%02d' $((secs % 60)))s" "$result")")
 	echo "${rows[-1]}"
+}
+
+for name in "${names[@]}"; do
+	ver=${PGVER_OF[$name]}
+	if [ "$only" != upgrade ]; then
+		run_row "$name" "$ver" "PostgreSQL $ver" "PGVER=$ver bash test/run.sh"
+	fi
+	from=${UPGRADE_FROM[$name]:-}
+	if [ "$only" != suite ] && [ -n "$from" ]; then
+		run_row "$name" "$from->$ver" "pg_upgrade $from -> $ver" \
+			"bash test/pg_upgrade.sh $from $ver"
+	fi
 done
 
 echo
