@@ -73,7 +73,8 @@ q() {
 write_records() {
 	local host=$1 port=$2
 	as_pg "/usr/lib/postgresql/$old/bin/createdb" -h "$host" -p "$port" app
-	as_pg "/usr/lib/postgresql/$old/bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$host" -p "$port" -d app <<'SQL'
+	as_pg "/usr/lib/postgresql/$old/bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$host" -p "$port" -d app \
+		>/dev/null <<'SQL'
 CREATE EXTENSION idempotency;
 CREATE TABLE charges (key text PRIMARY KEY);
 INSERT INTO charges VALUES ('k-recon');
