@@ -215,6 +215,19 @@ unlike(slurp_file($node->logfile),
 	qr/ERROR:  (?!could not serialize)|terminated by signal|server process .* was terminated/,
 	'at 0.1.0, no error in the server log (but the storm\'s retried serialization failures) and no backend crashed');
 
+# A transaction that holds idem_keys makes the update give up after the
+# script's lock_timeout (5 s), rather than queue every writer behind its
+# wait for the table's lock; nothing of it stays
+my $holder = $node->background_psql('old');
+$holder->query_safe('BEGIN; SELECT count(*) FROM idem_keys;');
+my ($rc, $out, $err) = $node->psql('old', 'ALTER EXTENSION idempotency UPDATE');
+like($err, qr/canceling statement due to lock timeout/,
+	'the update gives up after its lock_timeout while a transaction holds idem_keys');
+$holder->query_safe('COMMIT');
+$holder->quit;
+is($node->safe_psql('old', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
+	'0.1.0', 'and the catalog is still 0.1.0');
+
 # The update, while a storm runs: the storm waits for the update's
 # catalog changes at most, and goes on against the new catalog
 my $during = storm_start(2, 300);
