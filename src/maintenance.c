@@ -26,15 +26,17 @@
  * No unit waits on an application without a limit, and none can join a
  * deadlock with one over records:
  *	- Each unit first locks idem_keys (or its shard) by OID without waiting
- *	  in its lock queue (OpenCatalog, ConditionalLockRelationOid, retried
- *	  for at most 100 ms), then opens it through
- *	  records.c, which checks that it still exists, so a concurrent DROP
- *	  EXTENSION ends a worker pass quietly instead of failing a query.  When
- *	  another transaction holds a conflicting lock (an application's LOCK
- *	  TABLE ... IN SHARE MODE, DDL), the unit is skipped and counted
- *	  (counts->skipped, a WARNING once per call from SQL) and its phase ends;
- *	  the next pass tries again.  So a worker never keeps its slot, or DROP
- *	  DATABASE waiting, on an application's table lock.
+ *	  in its lock queue (OpenCatalog, LockTableBriefly: conditional locks
+ *	  retried for at most 100 ms), then opens it through records.c, which
+ *	  checks that it still exists, so a concurrent DROP EXTENSION ends a
+ *	  worker pass quietly instead of failing a query.  When another
+ *	  transaction holds a conflicting lock (an application's LOCK TABLE ...
+ *	  IN SHARE MODE, DDL), the unit is skipped and counted (UnitSkipped: a
+ *	  WARNING once per call from SQL) and its phase ends; the next pass
+ *	  tries again.  The reconcile phase locks idem_reconcilers the same way.
+ *	  So a worker never keeps its slot, or DROP DATABASE waiting, on an
+ *	  application's table lock.  (With Citus, listing the shards still
+ *	  opens idem_keys with a plain AccessShareLock: records.c.)
  *	- A sweep batch reads the expires_at index with the latest snapshot; a
  *	  flag batch reads the processing index (or the table) with it.  Only
  *	  valid, ready indexes are read: one that a failed CREATE INDEX
@@ -499,18 +501,18 @@ RegisteredByColumn(Oid reconcilers)
 }
 
 /*
- * Lock relid for a unit's writes within about 100 ms, without joining its
- * lock queue: false when another transaction held a conflicting lock the
- * whole time
+ * Lock relid in lockmode within about 100 ms, without joining its lock
+ * queue: false when another transaction held a conflicting lock the whole
+ * time
  */
 static bool
-LockTableBriefly(Oid relid)
+LockTableBriefly(Oid relid, LOCKMODE lockmode)
 {
 	int			i;
 
 	for (i = 0; i < IDEM_TABLE_LOCK_TRIES; i++)
 	{
-		if (ConditionalLockRelationOid(relid, RowExclusiveLock))
+		if (ConditionalLockRelationOid(relid, lockmode))
 			return true;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 IDEM_TABLE_LOCK_RETRY_MS, PG_WAIT_EXTENSION);
@@ -561,7 +563,7 @@ OpenCatalog(Oid nspid, Oid relid, bool nowait)
 		Oid			target = OidIsValid(relid) ? relid :
 			get_relname_relid("idem_keys", nspid);
 
-		if (OidIsValid(target) && !LockTableBriefly(target))
+		if (OidIsValid(target) && !LockTableBriefly(target, RowExclusiveLock))
 			return CATALOG_BUSY;
 	}
 
@@ -1462,6 +1464,24 @@ BecomeTableOwner(PassState *ps)
 }
 
 /*
+ * A unit ended without its work because another transaction holds a lock
+ * on table relname: count it, and from SQL say so, once per call
+ */
+static void
+UnitSkipped(PassState *ps, const char *relname)
+{
+	ps->counts->skipped++;
+	if (ps->mode == IDEM_TXN_WORKER || ps->warned_busy)
+		return;
+	ps->warned_busy = true;
+	ereport(WARNING,
+			(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+			 errmsg("could not lock table \"%s\" for maintenance", relname),
+			 errdetail("Another transaction holds a lock on it that conflicts with maintenance, and maintenance does not wait for it."),
+			 errhint("Call it again once that transaction has ended.")));
+}
+
+/*
  * Open the catalog for a unit.  When the extension is gone, the unit ends
  * and the pass with it (counts->missing).  When idem_keys is locked by
  * another transaction, the unit ends too, skipped (counts->skipped), and
@@ -1483,18 +1503,7 @@ UnitOpen(PassState *ps)
 	if (result == CATALOG_MISSING)
 		ps->counts->missing = true;
 	else
-	{
-		ps->counts->skipped++;
-		if (ps->mode != IDEM_TXN_WORKER && !ps->warned_busy)
-		{
-			ps->warned_busy = true;
-			ereport(WARNING,
-					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 errmsg("could not lock table \"idem_keys\" for maintenance"),
-					 errdetail("Another transaction holds a lock on it that conflicts with deleting and updating records, and maintenance does not wait for it."),
-					 errhint("Call it again once that transaction has ended.")));
-		}
-	}
+		UnitSkipped(ps, "idem_keys");
 	return result;
 }
 
@@ -1585,6 +1594,13 @@ ReconcilePhase(PassState *ps)
 	UnitBegin(ps, "idempotency: listing stuck records");
 	if ((opened = UnitOpen(ps)) != CATALOG_OPEN)
 		return opened == CATALOG_BUSY;
+	/* whoever may write idem_reconcilers may LOCK it too */
+	if (!LockTableBriefly(maint_catalog.reconcilers_relid, AccessShareLock))
+	{
+		UnitEnd(ps);
+		UnitSkipped(ps, "idem_reconcilers");
+		return true;
+	}
 	stuck = ListStuck(BatchSize(ps), ps->passcxt);
 	UnitEnd(ps);
 
