@@ -9,7 +9,8 @@
 #   flagged, and the worker does not exit with an error;
 # - a reconciler that sleeps for an hour: idempotency.reconciler_timeout
 #   (1s here) cancels it with a WARNING, the other database is still
-#   served, and DROP DATABASE of its database finishes within seconds.
+#   served, and ALTER DATABASE RENAME and DROP DATABASE of its database
+#   finish within seconds.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -160,22 +161,35 @@ $other_swept = expire_some('other', 'still');
 ok(defined wait_for('other', $other_swept, 15),
 	'the other database is still served (max_workers = 1)');
 
-# DROP DATABASE while a worker is, or soon will be, inside that reconciler
-ok( defined wait_for(
-		'postgres', q{SELECT count(*) > 0 FROM pg_stat_activity
-WHERE backend_type = 'idempotency worker' AND datname = 'slow'}, 15),
-	'a worker is in the database of the slow reconciler');
-my $t0 = time;
-my ($timed_out, $stderr);
-my $rc = $node->psql(
-	'postgres', 'DROP DATABASE slow',
-	stderr => \$stderr,
-	timeout => 60,
-	timed_out => \$timed_out);
-my $took = time - $t0;
-is($rc, 0, 'DROP DATABASE succeeds') or diag($stderr);
-ok(!$timed_out && $took < 10,
-	"DROP DATABASE waits at most about one reconciler_timeout (took ${took}s)");
+# ALTER DATABASE RENAME, then DROP DATABASE, while a worker is, or soon
+# will be, inside that reconciler: each waits for one reconciler_timeout
+# at most
+sub timed_command
+{
+	my ($sql) = @_;
+	my $t0 = time;
+	my ($timed_out, $stderr);
+	my $rc = $node->psql(
+		'postgres', $sql,
+		stderr => \$stderr,
+		timeout => 60,
+		timed_out => \$timed_out);
+	diag($stderr) if $rc;
+	return ($rc, $timed_out, time - $t0);
+}
+for my $step ([ 'slow', 'ALTER DATABASE slow RENAME TO slow_renamed' ],
+	[ 'slow_renamed', 'DROP DATABASE slow_renamed' ])
+{
+	my ($db, $sql) = @$step;
+	ok( defined wait_for(
+			'postgres', qq{SELECT count(*) > 0 FROM pg_stat_activity
+WHERE backend_type = 'idempotency worker' AND datname = '$db'}, 15),
+		"a worker is in database $db, of the slow reconciler");
+	my ($rc, $timed_out, $took) = timed_command($sql);
+	is($rc, 0, "$sql succeeds");
+	ok(!$timed_out && $took < 10,
+		"$sql waits at most about one reconciler_timeout (took ${took}s)");
+}
 
 $node->stop;
 done_testing();
