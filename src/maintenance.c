@@ -35,8 +35,8 @@
  *	  WARNING once per call from SQL) and its phase ends; the next pass
  *	  tries again.  The reconcile phase locks idem_reconcilers the same way.
  *	  So a worker never keeps its slot, or DROP DATABASE waiting, on an
- *	  application's table lock.  (With Citus, listing the shards still
- *	  opens idem_keys with a plain AccessShareLock: records.c.)
+ *	  application's table lock.  With Citus, listing the shards of
+ *	  idem_keys at the start of a pass takes its lock the same way.
  *	- A sweep batch reads the expires_at index with the latest snapshot; a
  *	  flag batch reads the processing index (or the table) with it.  Only
  *	  valid, ready indexes are read: one that a failed CREATE INDEX
@@ -1643,6 +1643,23 @@ PassRelations(PassState *ps)
 
 	UnitBegin(ps, "idempotency: listing the shards of idem_keys");
 	nspid = OidIsValid(ps->nspid) ? ps->nspid : ExtensionSchema();
+
+	/*
+	 * With Citus, records.c opens idem_keys to ask for its shards: take
+	 * that lock as a unit's (an application's LOCK TABLE idem_keys, in
+	 * ACCESS EXCLUSIVE mode, holds it)
+	 */
+	if (OidIsValid(nspid) && IdemCitusInstalled())
+	{
+		Oid			keys = get_relname_relid("idem_keys", nspid);
+
+		if (OidIsValid(keys) && !LockTableBriefly(keys, AccessShareLock))
+		{
+			UnitEnd(ps);
+			UnitSkipped(ps, "idem_keys");
+			return NIL;
+		}
+	}
 	shards = OidIsValid(nspid) && IdemRecordsLocalShards(nspid, &relids);
 	MemoryContextSwitchTo(ps->passcxt);
 	relids = shards ? list_copy(relids) : list_make1_oid(InvalidOid);
