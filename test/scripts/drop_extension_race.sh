@@ -21,7 +21,7 @@ createdb "$db"
 psql -X -q -v ON_ERROR_STOP=1 -d "$db" -c 'CREATE EXTENSION idempotency'
 
 dir=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 
 # Each client's statements, one call each, errors reported and passed
 per=$((calls / clients))
