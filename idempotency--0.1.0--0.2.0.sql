@@ -235,9 +235,36 @@ REVOKE ALL ON FUNCTION @extschema@.idem_distribute(regclass) FROM PUBLIC;
 -- not open relation with OID ...".  The columns are the same, so SELECT *
 -- and (idem_reserve(...)).outcome keep working, and idem_reservation stays.
 -- A return type changes only through DROP FUNCTION: the grants made on
--- the old functions are carried over to the new ones.  (A view or a
--- function with a SQL-standard body that uses them makes the DROP fail:
--- drop it before the update and create it again after.)
+-- the old functions are carried over to the new ones.  A view or a
+-- function with a SQL-standard body that uses them would make the DROP
+-- fail with a hint to CASCADE: the update refuses first, naming them.
+DO $$
+DECLARE
+	dependent pg_catalog.text;
+BEGIN
+	-- a view depends through its rule: name the view
+	SELECT pg_catalog.string_agg(COALESCE(
+			(SELECT pg_catalog.pg_describe_object('pg_catalog.pg_class'::pg_catalog.regclass, r.ev_class, 0)
+			 FROM pg_catalog.pg_rewrite r
+			 WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+				AND r.oid OPERATOR(pg_catalog.=) d.objid),
+			pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)), ', ')
+	INTO dependent
+	FROM pg_catalog.pg_depend d
+	WHERE d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+		AND d.refobjid OPERATOR(pg_catalog.=) ANY (ARRAY[
+			'@extschema@.idem_reserve(text, text, jsonb, text, interval)'::pg_catalog.regprocedure,
+			'@extschema@.idem_lookup(text, text, text)'::pg_catalog.regprocedure]::pg_catalog.oid[])
+		AND d.deptype OPERATOR(pg_catalog.=) 'n'::pg_catalog."char";
+	IF dependent IS NOT NULL THEN
+		RAISE EXCEPTION 'cannot update extension "idempotency": % uses idem_reserve or idem_lookup', dependent
+			USING ERRCODE = 'dependent_objects_still_exist',
+				  DETAIL = 'The update creates idem_reserve and idem_lookup again, with their result columns declared.',
+				  HINT = 'Drop those objects, run ALTER EXTENSION idempotency UPDATE, and create them again.';
+	END IF;
+END
+$$;
+
 SELECT pg_catalog.set_config('idem_upgrade.reserve_acl',
 	COALESCE((SELECT p.proacl::pg_catalog.text FROM pg_catalog.pg_proc p
 		WHERE p.oid OPERATOR(pg_catalog.=)

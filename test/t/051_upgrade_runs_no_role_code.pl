@@ -76,6 +76,15 @@ is($node->safe_psql('shop', q{SELECT count(*) FROM tabowner.fired}),
 	'2', 'an UPDATE of no row fires the statement triggers of idem_keys');
 $node->safe_psql('shop', q{TRUNCATE tabowner.fired});
 
+# A view that uses idem_lookup would stop DROP FUNCTION with a hint to
+# CASCADE: the update refuses first, naming it, and changes nothing
+$node->safe_psql('shop', q{CREATE VIEW public.open_keys AS SELECT * FROM idem_lookup('pay', 'k-open')});
+my ($rc, $out, $err) = $node->psql('shop', 'ALTER EXTENSION idempotency UPDATE');
+like($err,
+	qr/ERROR:  cannot update extension "idempotency": view open_keys uses idem_reserve or idem_lookup\n.*\nHINT:  Drop those objects, run ALTER EXTENSION idempotency UPDATE, and create them again\./,
+	'a view that uses idem_lookup: the update refuses, naming it, with a hint that loses nothing');
+$node->safe_psql('shop', q{DROP VIEW public.open_keys});
+
 $node->safe_psql('shop', 'ALTER EXTENSION idempotency UPDATE');
 is($node->safe_psql('shop', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
 	'0.2.0', 'the extension was updated');
