@@ -120,7 +120,10 @@ sub storm_finish
 			"$when: the $iso clients saw no error")
 		  or diag("stdout:\n$$out\nstderr:\n$$err");
 	}
-	is($node->safe_psql('old', qq{
+	# Which of the 200 keys got a committed attempt is up to pgbench's random
+	# choice (a few of them may get none): every key charged is charged
+	# once, and is completed, and the storm charged most of them
+	my ($charged, $twice, $orphans, $unsettled) = split / /, $node->safe_psql('old', qq{
 		SELECT (SELECT count(*) FROM storm_effects WHERE op = '$op') || ' '
 			|| (SELECT count(*) FROM (SELECT k FROM storm_effects WHERE op = '$op'
 				GROUP BY k HAVING count(*) > 1) d) || ' '
@@ -129,9 +132,10 @@ sub storm_finish
 					AND i.status = 'completed')) || ' '
 			|| (SELECT count(*) FROM idem_keys i WHERE operation = '$op' AND
 				(status <> 'completed' OR NOT EXISTS (SELECT FROM storm_effects e
-					WHERE e.op = '$op' AND i.key = 'key-' || e.k)))}),
-		'200 0 0 0',
-		"$when: every one of 200 keys was charged exactly once, and completed");
+					WHERE e.op = '$op' AND i.key = 'key-' || e.k)))});
+	is("$twice $orphans $unsettled", '0 0 0',
+		"$when: no key was charged twice, every charge is completed, every record has its charge");
+	cmp_ok($charged, '>=', 150, "$when: the storm charged most of the 200 keys ($charged)");
 }
 
 # The records written at 0.1.0 keep their meaning; $stuck is a call that
