@@ -120,7 +120,12 @@ $$;
 -- gateway.  Takes an idem_keys row, as the background worker's reconcilers
 -- do (idem_set_reconciler), and resolves it with idem_complete or
 -- idem_release.  Any error leaves the record as it was.  The search_path is
--- pinned because the worker, not a client session, may be the caller.
+-- pinned because the worker, not a client session, may be the caller.  A
+-- reconciler runs with its registrar's rights: every schema on the path
+-- pinned here (the one this file is loaded into, and the extension's) must
+-- be one where only roles you trust can create objects, or a function
+-- planted there could be called instead of the one named below
+-- (doc/security.md, "Install in a schema of its own").
 CREATE FUNCTION reconcile_charge(rec idem_keys) RETURNS void
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
