@@ -9,6 +9,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 use Time::HiRes qw(time usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('databases');
@@ -21,20 +24,6 @@ idempotency.sweep_interval = '1s'
 idempotency.max_workers = 2
 });
 $node->start;
-
-# Poll a query until it returns 't'; seconds taken, or undef
-sub wait_for
-{
-	my ($db, $sql, $timeout) = @_;
-	my $t0 = time;
-	while (time - $t0 < $timeout)
-	{
-		my ($rc, $out) = $node->psql($db, $sql);
-		return time - $t0 if $rc == 0 && $out eq 't';
-		usleep(100_000);
-	}
-	return undef;
-}
 
 # Add n completed records that expired a minute ago, and one live one
 sub add_records
@@ -78,7 +67,7 @@ $node->reload;
 
 for my $db ('db1', 'db2')
 {
-	ok(defined wait_for($db, "SELECT ($expired) = 0", 10),
+	ok(defined wait_for($node, $db, "SELECT ($expired) = 0", 10),
 		"$db: expired records are deleted");
 	is($node->safe_psql($db, 'SELECT count(*) FROM idem_keys'),
 		'1', "$db: the live record stays");
@@ -94,20 +83,20 @@ is($node->safe_psql('noconn', $expired),
 	'100', 'a database with datallowconn = false is not visited');
 $node->safe_psql('postgres',
 	q{ALTER SYSTEM SET idempotency.enabled = on; SELECT pg_reload_conf()});
-ok(defined wait_for('noconn', "SELECT ($expired) = 0", 10),
+ok(defined wait_for($node, 'noconn', "SELECT ($expired) = 0", 10),
 	'... and is served once it accepts connections');
 
 # A database created after start-up, and an extension installed later
 $node->safe_psql('postgres', 'CREATE DATABASE created');
 $node->safe_psql('created', 'CREATE EXTENSION idempotency');
 add_records('created', 10);
-my $took = wait_for('created', "SELECT ($expired) = 0", 10);
+my $took = wait_for($node, 'created', "SELECT ($expired) = 0", 10);
 ok(defined $took && $took <= 2.0,
 	'a database created after start-up is served within two intervals ('
 	  . ($took // 'never') . ' s)');
 $node->safe_psql('later', 'CREATE EXTENSION idempotency');
 add_records('later', 10);
-$took = wait_for('later', "SELECT ($expired) = 0", 10);
+$took = wait_for($node, 'later', "SELECT ($expired) = 0", 10);
 ok(defined $took && $took <= 2.0,
 	'an extension installed after start-up is served within two intervals ('
 	  . ($took // 'never') . ' s)');
@@ -157,7 +146,7 @@ $sampler->quit;
 $node->safe_psql('postgres',
 	q{ALTER SYSTEM SET idempotency.sweep_interval = '1s'; SELECT pg_reload_conf()});
 add_records('db1', 5);
-ok(defined wait_for('db1', "SELECT ($expired) = 0", 10),
+ok(defined wait_for($node, 'db1', "SELECT ($expired) = 0", 10),
 	'the remaining databases are still served');
 
 my $log = slurp_file($node->logfile, $log_offset);

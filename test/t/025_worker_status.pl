@@ -14,6 +14,8 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 use IPC::Run;
 use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 
 # The source tree, wherever prove runs from
 my $root = "$FindBin::Bin/../..";
@@ -30,34 +32,12 @@ idempotency.stats_max_operations = 10
 });
 $node->start;
 
-# Poll a query until it returns 't'; seconds taken, or undef
-sub wait_for
-{
-	my ($db, $sql, $timeout) = @_;
-	my $t0 = time;
-	while (time - $t0 < $timeout)
-	{
-		my ($rc, $out) = $node->psql($db, $sql);
-		return time - $t0 if $rc == 0 && $out eq 't';
-		usleep(100_000);
-	}
-	return undef;
-}
-
-# Change a server setting and reload
-sub set_conf
-{
-	my ($setting) = @_;
-	$node->safe_psql('postgres',
-		"ALTER SYSTEM SET $setting; SELECT pg_reload_conf()");
-}
-
 for my $db ('app', 'gone')
 {
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
 	$node->safe_psql($db, 'CREATE EXTENSION idempotency');
 }
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'app', q{SELECT count(*) = 2 AND bool_and(passes > 0)
 FROM idem_worker_status WHERE datname IN ('app', 'gone')}, 15),
 	'both databases get a status row once the worker has been there');
@@ -67,7 +47,7 @@ is($node->safe_psql('app', q{SELECT count(*) FROM idem_worker_status WHERE datna
 # One pass with work of every kind, prepared while the worker is paused so
 # that one pass finds it all: 3 expired records, 2 overdue processing ones,
 # and reconcilers for them (one completes its key, one raises)
-set_conf('idempotency.enabled = off');
+set_conf($node, 'idempotency.enabled = off');
 sleep(1);
 my $log_from = -s $node->logfile;
 $node->safe_psql(
@@ -94,8 +74,8 @@ my $before = $node->safe_psql('app',
 is( $node->safe_psql(
 		'app', q{SELECT next_pass_due IS NULL FROM idem_worker_status WHERE datname = 'app'}),
 	't', 'while the worker is paused, no next pass is due');
-set_conf('idempotency.enabled = on');
-ok( defined wait_for(
+set_conf($node, 'idempotency.enabled = on');
+ok( defined wait_for($node,
 		'app', qq{SELECT passes > $before FROM idem_worker_status WHERE datname = 'app'}, 15),
 	'the status row shows a new pass');
 
@@ -136,7 +116,7 @@ FROM idem_worker_status WHERE datname = 'app'}),
 # passes do nothing and are not logged at LOG
 $node->safe_psql('app', q{SELECT idem_release('charge', 'boom')});
 my $p = $node->safe_psql('app', q{SELECT passes FROM idem_worker_status WHERE datname = 'app'});
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'app', qq{SELECT passes >= $p + 2 AND deleted + flagged + reconciled + failed = 0
 FROM idem_worker_status WHERE datname = 'app'}, 15),
 	'later passes with nothing to do show zeros for the last pass');
@@ -170,7 +150,7 @@ is(alerts_firing(), '', 'healthy: no alert fires');
 
 # The worker paused for more than three intervals, an expired record it
 # has not deleted, a record stuck processing: each alert fires
-set_conf('idempotency.enabled = off');
+set_conf($node, 'idempotency.enabled = off');
 $node->safe_psql(
 	'app', q{
 SELECT idem_reserve('pay', 'late', ttl => '1 hour'), idem_complete('pay', 'late');
@@ -187,11 +167,11 @@ like($firing, qr/^stuck records are waiting for reconciliation: 1\|/m,
 	'the stuck alert fires with the count');
 
 # Running again, the worker clears the first two; releasing the key the last
-set_conf('idempotency.enabled = on');
-ok( defined wait_for(
+set_conf($node, 'idempotency.enabled = on');
+ok( defined wait_for($node,
 		'app', q{SELECT count(*) = 0 FROM idem_keys WHERE key = 'late'}, 15),
 	'resumed, the worker deletes the expired record');
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'app', q{SELECT last_pass_end > now() - interval '2 s' FROM idem_worker_status WHERE datname = 'app'}, 15),
 	'and maintains the database again');
 like(alerts_firing(), qr/\Astuck records are waiting for reconciliation: 1\|[^\n]*\z/,
@@ -215,20 +195,20 @@ is($? >> 8, 0, 'the postgres_exporter queries run against the live worker')
 like($py_out, qr/^ok idem_worker: 15 metrics, [1-9]\d* rows$/m, 'the worker query returns its rows');
 
 # idempotency.log_pass_min_duration = -1: a pass that deletes is not logged
-set_conf(q{idempotency.log_pass_min_duration = -1});
+set_conf($node, q{idempotency.log_pass_min_duration = -1});
 sleep(1);
 $log_from = -s $node->logfile;
 my $total = $node->safe_psql('app',
 	q{SELECT total_deleted FROM idem_worker_status WHERE datname = 'app'});
 $node->safe_psql('app',
 	q{SELECT idem_reserve('pay', 'quiet', ttl => '1 ms'), idem_complete('pay', 'quiet')});
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'app', qq{SELECT total_deleted = $total + 1 FROM idem_worker_status WHERE datname = 'app'}, 15),
 	'with log_pass_min_duration = -1 the worker still deletes');
 $log = slurp_file($node->logfile, $log_from);
 unlike($log, qr/idempotency worker for database app: deleted/,
 	'and its pass is not logged at LOG');
-set_conf(q{idempotency.log_pass_min_duration = 0});
+set_conf($node, q{idempotency.log_pass_min_duration = 0});
 
 # Readers: pg_read_all_stats, as for idem_stats; nobody else
 $node->safe_psql('app', q{CREATE ROLE nobody LOGIN});
@@ -253,7 +233,7 @@ is( $node->safe_psql(
 
 # A dropped extension: the database loses its status row at the next visit
 $node->safe_psql('gone', 'DROP EXTENSION idempotency');
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'app', q{SELECT count(*) = 0 FROM idem_worker_status WHERE datname = 'gone'}, 15),
 	'after DROP EXTENSION, the database has no status row');
 $node->safe_psql('app', q{SELECT idem_reserve('later2', 'k'), idem_complete('later2', 'k')});
@@ -263,12 +243,12 @@ is( $node->safe_psql('app', q{SELECT count(*) FROM idem_stats WHERE operation = 
 # A dropped database: its status row and its statistics entries go, and
 # their room serves the others
 $node->safe_psql('gone', 'CREATE EXTENSION idempotency');
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'app', q{SELECT count(*) = 1 FROM idem_worker_status WHERE datname = 'gone'}, 15),
 	'installed again, it has a status row again');
 my $gone_oid = $node->safe_psql('postgres', q{SELECT oid FROM pg_database WHERE datname = 'gone'});
 $node->safe_psql('postgres', 'DROP DATABASE gone');
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'app', qq{SELECT count(*) = 0 FROM idem_worker_status WHERE datid = $gone_oid}, 15),
 	'a dropped database loses its status row');
 $node->safe_psql('app', q{SELECT idem_reserve('later3', 'k'), idem_complete('later3', 'k')});
@@ -281,12 +261,12 @@ is( $node->safe_psql(
 	'2 2', 'the overflow row keeps what it counted');
 
 # Pausing the worker keeps the rows; only the next pass is no longer due
-set_conf('idempotency.enabled = off');
+set_conf($node, 'idempotency.enabled = off');
 sleep(1);
 is( $node->safe_psql(
 		'app', q{SELECT count(*) FILTER (WHERE next_pass_due IS NULL) FROM idem_worker_status WHERE datname = 'app'}),
 	'1', 'paused, the row stays and no next pass is due');
-set_conf('idempotency.enabled = on');
+set_conf($node, 'idempotency.enabled = on');
 
 # Updated from 0.1.0: the same view, function and grants
 $node->safe_psql('postgres', 'CREATE DATABASE old');
@@ -304,7 +284,7 @@ SELECT pg_get_viewdef('idem_worker_status'::regclass)
 	|| (SELECT proacl::text || pg_get_function_result(oid) FROM pg_proc WHERE proname = 'idem_worker_status')};
 is($node->safe_psql('old', $objects), $node->safe_psql('app', $objects),
 	'a database updated from 0.1.0 has the same view, function and grants');
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'old', q{SELECT count(*) = 1 FROM idem_worker_status WHERE datname = 'old'}, 15),
 	'and the worker reports there');
 

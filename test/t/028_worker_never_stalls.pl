@@ -16,6 +16,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest;
 use Time::HiRes qw(time usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('never_stalls');
@@ -30,28 +33,6 @@ idempotency.max_workers = 1
 idempotency.reconciler_timeout = '1s'
 });
 $node->start;
-
-# Poll a query until it returns 't'; seconds taken, or undef
-sub wait_for
-{
-	my ($db, $sql, $timeout) = @_;
-	my $t0 = time;
-	while (time - $t0 < $timeout)
-	{
-		my ($rc, $out) = $node->psql($db, $sql);
-		return time - $t0 if $rc == 0 && $out eq 't';
-		usleep(100_000);
-	}
-	return undef;
-}
-
-# Change a server setting and reload
-sub set_conf
-{
-	my ($setting) = @_;
-	$node->safe_psql('postgres',
-		"ALTER SYSTEM SET $setting; SELECT pg_reload_conf()");
-}
 
 # Expired completed records in a database; the query that is true once
 # the worker has swept them
@@ -74,7 +55,7 @@ for my $db ('held', 'other', 'slow')
 	$node->safe_psql($db, 'CREATE EXTENSION idempotency');
 }
 # idem_worker_status is read in a database that has the extension
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'other', q{SELECT count(*) = 3 FROM idem_worker_status
 WHERE datname IN ('held', 'other', 'slow')}, 30),
 	'the worker serves the three databases');
@@ -88,19 +69,19 @@ GRANT USAGE ON SCHEMA public TO app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON idem_keys TO app;
 });
 # (taken while the worker is paused, so that it cannot sweep them first)
-set_conf('idempotency.enabled = off');
+set_conf($node, 'idempotency.enabled = off');
 my $held_swept = expire_some('held', 'lock');
 my $app = $node->background_psql('held', extra_params => [ '-U', 'app' ]);
 $app->query_safe('BEGIN');
 $app->query_safe('LOCK TABLE idem_keys IN SHARE MODE');
-set_conf('idempotency.enabled = on');
+set_conf($node, 'idempotency.enabled = on');
 
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'other', q{SELECT skipped > 0 AND total_skipped > 0 FROM idem_worker_status
 WHERE datname = 'held'}, 15),
 	'a pass that finds idem_keys locked skips its batches and says so in idem_worker_status');
 my $other_swept = expire_some('other', 'meanwhile');
-ok(defined wait_for('other', $other_swept, 15),
+ok(defined wait_for($node, 'other', $other_swept, 15),
 	'the other database is served while the lock is held (max_workers = 1)');
 is($node->safe_psql('held', q{SELECT count(*) FROM idem_keys WHERE operation = 'lock'}),
 	'3', 'nothing of the locked database was swept');
@@ -110,7 +91,7 @@ like(
 	'the pass summary says what was skipped, and why');
 $app->query_safe('COMMIT');
 $app->quit;
-ok(defined wait_for('held', $held_swept, 15),
+ok(defined wait_for($node, 'held', $held_swept, 15),
 	'once the lock is gone, the next pass does the work');
 
 # 2. One record whose flag a trigger refuses
@@ -127,11 +108,11 @@ CREATE TRIGGER refuse BEFORE UPDATE ON idem_keys FOR EACH ROW EXECUTE FUNCTION r
 SELECT count(*) FROM (
 	SELECT idem_reserve('audit', k) FROM (VALUES ('a'), ('bad'), ('c')) v(k)) s;
 });
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'other', q{SELECT string_agg(key || ':' || status, ',' ORDER BY key) = 'a:stuck,bad:processing,c:stuck'
 FROM idem_keys WHERE operation = 'audit'}, 15),
 	'a trigger that refuses one record: the others are flagged');
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'other', q{SELECT write_errors > 0 FROM idem_worker_status WHERE datname = 'other'}, 15),
 	'the refused record is counted in idem_worker_status (write_errors)');
 my $log = slurp_file($node->logfile);
@@ -150,7 +131,7 @@ CREATE FUNCTION forever(r idem_keys) RETURNS void LANGUAGE sql AS 'SELECT pg_cat
 SELECT idem_set_reconciler('slow', 'forever(idem_keys)');
 SELECT count(*) FROM (SELECT idem_reserve('slow', 'k1')) s;
 });
-ok( defined wait_for(
+ok( defined wait_for($node,
 		'other', q{SELECT total_failed > 0 FROM idem_worker_status WHERE datname = 'slow'}, 20),
 	'a reconciler that sleeps for an hour is cancelled after idempotency.reconciler_timeout');
 like(
@@ -158,7 +139,7 @@ like(
 	qr/WARNING:  reconciler public\.forever\(public\.idem_keys\) timed out for idempotency key "k1"\n.*DETAIL:  Operation "slow", scope "". The call was cancelled after idempotency.reconciler_timeout \(1000 ms\)/,
 	'the timeout is a WARNING naming the key');
 $other_swept = expire_some('other', 'still');
-ok(defined wait_for('other', $other_swept, 15),
+ok(defined wait_for($node, 'other', $other_swept, 15),
 	'the other database is still served (max_workers = 1)');
 
 # ALTER DATABASE RENAME, then DROP DATABASE, while a worker is, or soon
@@ -181,7 +162,7 @@ for my $step ([ 'slow', 'ALTER DATABASE slow RENAME TO slow_renamed' ],
 	[ 'slow_renamed', 'DROP DATABASE slow_renamed' ])
 {
 	my ($db, $sql) = @$step;
-	ok( defined wait_for(
+	ok( defined wait_for($node,
 			'postgres', qq{SELECT count(*) > 0 FROM pg_stat_activity
 WHERE backend_type = 'idempotency worker' AND datname = '$db'}, 15),
 		"a worker is in database $db, of the slow reconciler");
