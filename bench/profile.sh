@@ -23,7 +23,8 @@
 #
 # Variants: the bench/core scripts by their letter (a bare INSERT, b the
 # seed's client SQL, c its PL/pgSQL, d the extension's client statements, e
-# one server call, f a replay, g the floor, i idem_call), or any other
+# one server call, f a replay, g the floor, i idem_call, j a bare
+# primary-key SELECT of the response that f replays), or any other
 # script of bench/core by its name (x4_floor_plpgsql).
 set -euo pipefail
 
@@ -142,7 +143,7 @@ script_of() {
 	case $1 in
 		a) echo a_bare_insert ;; b) echo b_seed_client ;; c) echo c_seed_plpgsql ;;
 		d) echo d_ext_client ;; e) echo e_ext_server ;; f) echo f_replay ;;
-		g) echo g_floor ;; i) echo i_ext_call ;;
+		g) echo g_floor ;; i) echo i_ext_call ;; j) echo j_select_response ;;
 		*) [ -f "$ROOT/bench/core/$1.sql" ] && echo "$1" && return
 			echo "profile.sh: unknown variant $1" >&2; exit 1 ;;
 	esac
