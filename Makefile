@@ -52,7 +52,8 @@ REGRESS = \
 	reconcilers_update \
 	security \
 	stats \
-	table_rules
+	table_rules \
+	write_once
 REGRESS_OPTS = --load-extension=$(EXTENSION)
 
 ISOLATION = \
@@ -61,6 +62,7 @@ ISOLATION = \
 	consume_wait \
 	drop_extension_race \
 	finish_after_vacuum \
+	held_reservation \
 	lookup_own_record \
 	maintenance_nowait \
 	maintenance_races \

@@ -27,6 +27,8 @@ SELECT outcome FROM idem_reserve('old', 'done', '{"a": 2}');
 SELECT outcome FROM idem_reserve('old', 'open');
 BEGIN;
 SELECT outcome FROM idem_reserve('old', 'new', '{"b": 2}', ttl => '3 hours');
+-- (held, not written yet: the record as it will be, without a ttl column)
+SELECT key, status FROM idem_lookup('old', 'new');
 SELECT idem_checkpoint('old', 'new', 'step-1');
 SELECT idem_complete('old', 'new', '{"id": 3}', 201, 'r-3');
 SELECT status, response, recovery_point, expires_at - updated_at AS ttl

@@ -8,6 +8,8 @@
 CREATE FUNCTION rc_stuck(k text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
 	PERFORM public.idem_reserve('rc-pay', k, scope => 'rc');
+	-- written now: a reservation held by this transaction is not in the table yet
+	PERFORM public.idem_checkpoint('rc-pay', k, NULL, scope => 'rc');
 	UPDATE public.idem_keys SET status = 'stuck' WHERE scope = 'rc' AND key = k;
 END $$;
 CREATE FUNCTION rc_status(k text) RETURNS text LANGUAGE sql AS $$

@@ -396,6 +396,8 @@ SELECT outcome FROM idem_reserve('rules', 'c1', '{"a": 1}');
 ROLLBACK;
 BEGIN;
 SELECT count(*) FROM (SELECT idem_reserve('rules', 'c4')) s;
+-- (written now: a reservation held by this transaction is not in the table yet)
+SELECT count(*) FROM (SELECT idem_checkpoint('rules', 'c4', NULL)) s;
 ALTER TABLE idem_keys ALTER COLUMN updated_at DROP NOT NULL;
 UPDATE idem_keys SET updated_at = NULL WHERE operation = 'rules' AND key = 'c4';
 UPDATE pg_attribute SET attnotnull = true

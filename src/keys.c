@@ -21,6 +21,11 @@
  *	  at once: from then on its uncommitted row speaks for the key.  One
  *	  that finds the lock taken reads all the same and answers from what it
  *	  sees, in_progress unless a live record decides.
+ *	- Except a held reservation (below): a new key keeps its key lock to the
+ *	  end of the transaction, and the lock speaks for the key until the
+ *	  record is written.
+ *	- idem_complete, idem_checkpoint and idem_release that find no record
+ *	  wait for another transaction holding the key lock, then look again.
  *	- Renewing an expired row first locks that row version without waiting:
  *	  a row another transaction locks or deletes answers in_progress.
  *	- Every update of a record (complete, checkpoint, flag, renew) takes the
@@ -33,7 +38,43 @@
  * database, tagged with a 64-bit hash of (scope, operation, key) and a
  * fourth field IDEM_LOCKTAG_SPACE (objsubid 26980 in pg_locks), so it never
  * collides with the application's advisory locks; held only during one
- * call, it lets a transaction reserve any number of keys.
+ * call (or to the end of the transaction for at most IDEM_MAX_HELD held
+ * reservations), it lets a transaction reserve any number of keys.
+ *
+ * Held reservations: one write per request
+ * ----------------------------------------
+ * A request reserved and completed in one transaction (idem_call, a stored
+ * procedure, client statements between BEGIN and COMMIT) needs its record
+ * only once it is completed: nobody else can see the processing state of
+ * an uncommitted row except as "in_progress", which the key lock says as
+ * well.  So a reservation of an absent key does not write: it keeps the
+ * key lock (transaction-level, owned by the current subtransaction) and
+ * remembers the request in the transaction's list of held reservations.
+ * The record is then written once: completed by idem_complete (an insert
+ * instead of an insert and an update), or processing just before the
+ * transaction commits or prepares (XACT_EVENT_PRE_COMMIT / PRE_PREPARE,
+ * after the deferred triggers of the transaction's own statements), or
+ * when idem_checkpoint or idem_release needs the row.  A held reservation
+ * is forgotten, and its lock released, with the subtransaction that made
+ * it; a write is undone with the subtransaction that made it, and the
+ * reservation is held again.  The list lives in TopTransactionContext and
+ * is dropped at the end of the transaction; it is never shared.
+ *
+ * What another session sees while a reservation is held: no row, and the
+ * key lock taken, which idem_reserve answers with in_progress at once (a
+ * different request too: its mismatch shows once the record is written).
+ * idem_complete, idem_checkpoint and idem_release wait for the holder, as
+ * they wait for the writer of an uncommitted row.
+ *
+ * Only a table whose writes have no rules but the extension's is held (no
+ * trigger, no CHECK constraint but idem_keys_status_check, no index but
+ * the install script's: records.c, OnlyOwnRules; idem_keys itself rather
+ * than a Citus shard): there a write fails or succeeds the same whenever
+ * it is made.  A table with rules of its owner gets every write at the
+ * moment it always did, so its triggers see the processing insert and its
+ * CHECKs and index predicates refuse the reservation itself.  At most
+ * IDEM_MAX_HELD reservations are held per transaction; more are written at
+ * once, so that a transaction of many keys does not fill the lock table.
  *
  * Times are clock times of the call (GetCurrentTimestamp(), as
  * clock_timestamp()), never the start of the statement, the client's message
@@ -50,11 +91,13 @@
 #include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "storage/lock.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -114,6 +157,180 @@ typedef enum KeyAction
 	ACTION_CHECKPOINT,
 	ACTION_RELEASE
 } KeyAction;
+
+/* Held reservations per transaction at most (see the file header) */
+#define IDEM_MAX_HELD	16
+
+/* A reservation this transaction holds (see the file header) */
+typedef struct HeldKey
+{
+	struct HeldKey *next;
+	Oid			nspid;			/* of the extension whose idem_keys it is */
+	text	   *scope;
+	text	   *operation;
+	text	   *key;
+	bytea	   *hash;			/* NULL without a request */
+	Interval   *ttl;
+	TimestampTz created_at;		/* the reservation's time, and its heartbeat */
+	TimestampTz expires_at;		/* as reserved */
+	SubTransactionId subid;		/* the subtransaction that holds it */
+	SubTransactionId written;	/* the one that wrote it; Invalid: not yet */
+} HeldKey;
+
+static HeldKey *held_keys = NULL;
+static int	held_count = 0;
+static bool held_callbacks = false;
+
+static void WriteHeld(HeldKey *h, IdemRow *change, const char *function);
+
+/* Are two text values equal bytewise? */
+static bool
+TextEqual(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
+/* The reservation of a key this transaction holds and has not written, or NULL */
+static HeldKey *
+FindHeld(Oid nspid, text *scope, text *operation, text *key)
+{
+	HeldKey    *h;
+
+	for (h = held_keys; h != NULL; h = h->next)
+		if (h->written == InvalidSubTransactionId && h->nspid == nspid &&
+			TextEqual(h->key, key) && TextEqual(h->operation, operation) &&
+			TextEqual(h->scope, scope))
+			return h;
+	return NULL;
+}
+
+/*
+ * At commit or prepare, write what is still held, as processing; at the
+ * end of the transaction, forget the list (its memory goes with
+ * TopTransactionContext).
+ */
+static void
+HeldXactCallback(XactEvent event, void *arg)
+{
+	HeldKey    *h;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			{
+				bool		wrote = false;
+
+				for (h = held_keys; h != NULL; h = h->next)
+					if (h->written == InvalidSubTransactionId)
+					{
+						WriteHeld(h, NULL, "idem_reserve()");
+						wrote = true;
+					}
+
+				/*
+				 * The deferred triggers of the transaction fired before this
+				 * callback: fire any our writes queued (a trigger created on
+				 * idem_keys after the reservation in this transaction)
+				 */
+				if (wrote)
+					AfterTriggerFireDeferred();
+			}
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			held_keys = NULL;
+			held_count = 0;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * A subtransaction that rolls back takes its held reservations with it
+ * (its resource owner releases their key locks) and undoes its writes of
+ * others, which are held again; one that commits hands both to its parent.
+ */
+static void
+HeldSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	HeldKey   **link;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	for (link = &held_keys; *link != NULL;)
+	{
+		HeldKey    *h = *link;
+
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+		{
+			if (h->subid == mySubid)
+			{
+				*link = h->next;
+				held_count--;
+				continue;
+			}
+			if (h->written == mySubid)
+				h->written = InvalidSubTransactionId;
+		}
+		else
+		{
+			if (h->subid == mySubid)
+				h->subid = parentSubid;
+			if (h->written == mySubid)
+				h->written = parentSubid;
+		}
+		link = &h->next;
+	}
+}
+
+/*
+ * May this reservation be held rather than written (see the file header)?
+ * The caller holds the key lock and found no record.
+ */
+static bool
+CanHold(IdemTable *table, int flags)
+{
+	return (flags & (IDEM_RESERVE_COMPLETED | IDEM_RESERVE_WAIT)) == 0 &&
+		held_count < IDEM_MAX_HELD && table->own_rules &&
+		strcmp(RelationGetRelationName(table->rel), "idem_keys") == 0;
+}
+
+/* Hold the reservation req of a key, whose key lock the caller keeps */
+static void
+HoldKey(Oid nspid, KeyRequest *req)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	HeldKey    *h = palloc0(sizeof(HeldKey));
+
+	if (!held_callbacks)
+	{
+		RegisterXactCallback(HeldXactCallback, NULL);
+		RegisterSubXactCallback(HeldSubXactCallback, NULL);
+		held_callbacks = true;
+	}
+	h->nspid = nspid;
+	h->scope = DatumGetTextPCopy(PointerGetDatum(req->scope));
+	h->operation = DatumGetTextPCopy(PointerGetDatum(req->operation));
+	h->key = DatumGetTextPCopy(PointerGetDatum(req->key));
+	h->hash = req->hash ? DatumGetByteaPCopy(PointerGetDatum(req->hash)) : NULL;
+	h->ttl = palloc(sizeof(Interval));
+	memcpy(h->ttl, req->ttl, sizeof(Interval));
+	h->created_at = req->now;
+	h->expires_at = req->expires_at;
+	h->subid = GetCurrentSubTransactionId();
+	h->written = InvalidSubTransactionId;
+	h->next = held_keys;
+	held_keys = h;
+	held_count++;
+	MemoryContextSwitchTo(oldcxt);
+}
 
 /* Name of an outcome as the SQL API spells it */
 const char *
@@ -433,6 +650,87 @@ ClassifyRecord(const IdemRecord *rec, bytea *hash, TimestampTz now,
 		result->outcome = IDEM_IN_PROGRESS;
 }
 
+/* Every column of a new record, with no result yet */
+static void
+NewRecordRow(IdemRow *row, text *scope, text *operation, text *key,
+			 bytea *hash, bool completed, TimestampTz created_at,
+			 TimestampTz updated_at, TimestampTz expires_at, Interval *ttl)
+{
+	IdemRowInit(row);
+	IdemRowSet(row, COL_SCOPE, PointerGetDatum(scope), false);
+	IdemRowSet(row, COL_OPERATION, PointerGetDatum(operation), false);
+	IdemRowSet(row, COL_KEY, PointerGetDatum(key), false);
+	IdemRowSet(row, COL_REQUEST_HASH, PointerGetDatum(hash), hash == NULL);
+	IdemRowSet(row, COL_STATUS,
+			   CStringGetTextDatum(completed ? "completed" : "processing"), false);
+	IdemRowSet(row, COL_RESPONSE_STATUS, (Datum) 0, true);
+	IdemRowSet(row, COL_RESPONSE, (Datum) 0, true);
+	IdemRowSet(row, COL_RESOURCE_ID, (Datum) 0, true);
+	IdemRowSet(row, COL_RECOVERY_POINT, (Datum) 0, true);
+	IdemRowSet(row, COL_CREATED_AT, TimestampTzGetDatum(created_at), false);
+	IdemRowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(updated_at), false);
+	IdemRowSet(row, COL_EXPIRES_AT, TimestampTzGetDatum(expires_at), false);
+	IdemRowSet(row, COL_TTL, IntervalPGetDatum(ttl), false);
+}
+
+/* The record of a held reservation as it stands, with change applied over it */
+static void
+HeldRow(HeldKey *h, IdemRow *change, IdemRow *row)
+{
+	int			c;
+
+	NewRecordRow(row, h->scope, h->operation, h->key, h->hash, false,
+				 h->created_at, h->created_at, h->expires_at, h->ttl);
+	if (change != NULL)
+		for (c = 0; c < IDEM_NUM_COLUMNS; c++)
+			if (change->set[c])
+				IdemRowSet(row, (IdemColumn) c, change->values[c], change->isnull[c]);
+}
+
+/*
+ * Write the record of the held reservation h: as reserved (processing), or
+ * with the columns set in change (a completion or a checkpoint, which set
+ * its heartbeat and expiry themselves).  The key lock makes the insert
+ * safe: nobody else writes a record of this key meanwhile.
+ */
+static void
+WriteHeld(HeldKey *h, IdemRow *change, const char *function)
+{
+	IdemTable	table;
+	IdemWriter	w;
+	IdemRow		row;
+	bool		pushed = false;
+
+	/* At commit there is no statement, and so no snapshot, of our own */
+	if (!ActiveSnapshotSet())
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pushed = true;
+	}
+	HeldRow(h, change, &row);
+	/*
+	 * Dropped by this transaction (DROP EXTENSION): at commit, its records
+	 * went with it; a completion or a checkpoint says the table is gone
+	 */
+	if (!IdemRecordsTryOpen(h->nspid, h->scope, RowExclusiveLock, &table))
+	{
+		if (change != NULL)
+			IdemRecordsOpen(h->nspid, h->scope, RowExclusiveLock, &table);
+		h->written = GetCurrentSubTransactionId();
+		if (pushed)
+			PopActiveSnapshot();
+		return;
+	}
+	IdemRecordsWriterBegin(&table, change ? ACL_INSERT | ACL_UPDATE : ACL_INSERT,
+						   function, &w);
+	IdemRecordsInsert(&w, &row);
+	IdemRecordsWriterEnd(&w);
+	IdemRecordsClose(&table);
+	h->written = GetCurrentSubTransactionId();
+	if (pushed)
+		PopActiveSnapshot();
+}
+
 /*
  * Create the record of a request, or renew the expired one seen (sight):
  * processing, or completed at once (with no response) for idem_consume.
@@ -447,21 +745,8 @@ ClaimKey(IdemTable *table, KeySight sight, IdemRecord *rec, KeyRequest *req)
 	ClaimResult result = CLAIM_DONE;
 
 	/* Every column, so that the same row inserts or renews */
-	IdemRowInit(&row);
-	IdemRowSet(&row, COL_SCOPE, PointerGetDatum(req->scope), false);
-	IdemRowSet(&row, COL_OPERATION, PointerGetDatum(req->operation), false);
-	IdemRowSet(&row, COL_KEY, PointerGetDatum(req->key), false);
-	IdemRowSet(&row, COL_REQUEST_HASH, PointerGetDatum(req->hash), req->hash == NULL);
-	IdemRowSet(&row, COL_STATUS,
-			   CStringGetTextDatum(completed ? "completed" : "processing"), false);
-	IdemRowSet(&row, COL_RESPONSE_STATUS, (Datum) 0, true);
-	IdemRowSet(&row, COL_RESPONSE, (Datum) 0, true);
-	IdemRowSet(&row, COL_RESOURCE_ID, (Datum) 0, true);
-	IdemRowSet(&row, COL_RECOVERY_POINT, (Datum) 0, true);
-	IdemRowSet(&row, COL_CREATED_AT, TimestampTzGetDatum(req->now), false);
-	IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(req->now), false);
-	IdemRowSet(&row, COL_EXPIRES_AT, TimestampTzGetDatum(req->expires_at), false);
-	IdemRowSet(&row, COL_TTL, IntervalPGetDatum(req->ttl), false);
+	NewRecordRow(&row, req->scope, req->operation, req->key, req->hash,
+				 completed, req->now, req->now, req->expires_at, req->ttl);
 
 	IdemRecordsWriterBegin(table,
 						   sight == SIGHT_EXPIRED ? ACL_INSERT | ACL_UPDATE : ACL_INSERT,
@@ -491,6 +776,19 @@ ClaimKey(IdemTable *table, KeySight sight, IdemRecord *rec, KeyRequest *req)
 	return result;
 }
 
+/* Count a reservation and its outcome in idem_stats, when asked to */
+static void
+CountReservation(KeyRequest *req, IdemReservation *result)
+{
+	if (req->flags & IDEM_RESERVE_COUNT)
+	{
+		IdemStatsCount(VARDATA_ANY(req->operation), VARSIZE_ANY_EXHDR(req->operation),
+					   IDEM_STAT_RESERVES, 1);
+		IdemStatsCount(VARDATA_ANY(req->operation), VARSIZE_ANY_EXHDR(req->operation),
+					   OutcomeCounter(result->outcome), 1);
+	}
+}
+
 /*
  * Reserve a key for the current transaction, or say why not.  The outcomes
  * and their order are the contract's table; the locking rules are in the
@@ -502,8 +800,18 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 	IdemTable	table;
 	LOCKTAG		tag;
 	bool		locked = false;
+	HeldKey    *held;
 
 	memset(result, 0, sizeof(*result));
+	held = FindHeld(nspid, req->scope, req->operation, req->key);
+	if (held != NULL)
+	{
+		/* As for a processing record of this transaction */
+		result->outcome = HashDiffers(held->hash, req->hash) ?
+			IDEM_MISMATCH : IDEM_IN_PROGRESS;
+		CountReservation(req, result);
+		return;
+	}
 	IdemRecordsOpen(nspid, req->scope, AccessShareLock, &table);
 	IdemRecordsCheckReadable(&table);
 	IdemRecordsKeyLockTag(&tag, req->scope, req->operation, req->key);
@@ -571,6 +879,17 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 			result->outcome = IDEM_IN_PROGRESS;
 			break;
 		}
+		if (sight == SIGHT_ABSENT && CanHold(&table, req->flags))
+		{
+			/* Written later, once (see the file header); the lock stays */
+			IdemRecordsCheckWritable(&table, ACL_INSERT, "idem_reserve()");
+			HoldKey(nspid, req);
+			locked = false;
+			result->outcome = IDEM_NEW;
+			result->has_expires_at = true;
+			result->expires_at = req->expires_at;
+			break;
+		}
 		switch (ClaimKey(&table, sight, &rec, req))
 		{
 			case CLAIM_CHANGED:
@@ -591,14 +910,7 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 	if (locked)
 		LockRelease(&tag, ExclusiveLock, false);
 	IdemRecordsClose(&table);
-
-	if (req->flags & IDEM_RESERVE_COUNT)
-	{
-		IdemStatsCount(VARDATA_ANY(req->operation), VARSIZE_ANY_EXHDR(req->operation),
-					   IDEM_STAT_RESERVES, 1);
-		IdemStatsCount(VARDATA_ANY(req->operation), VARSIZE_ANY_EXHDR(req->operation),
-					   OutcomeCounter(result->outcome), 1);
-	}
+	CountReservation(req, result);
 }
 
 /* Fill a request's times and fingerprint, then reserve */
@@ -716,6 +1028,28 @@ ReportCompleted(KeyAction action, text *scope, text *operation, text *key)
 }
 
 /*
+ * Wait for another transaction that holds the key lock of a key with no
+ * record, as for the writer of a row: one that holds the reservation
+ * without having written it yet (see the file header).  true when it
+ * waited, and the caller should look again.
+ */
+static bool
+WaitForHolder(text *scope, text *operation, text *key)
+{
+	LOCKTAG		tag;
+
+	IdemRecordsKeyLockTag(&tag, scope, operation, key);
+	if (LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+	{
+		LockRelease(&tag, ExclusiveLock, false);
+		return false;
+	}
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	LockRelease(&tag, ExclusiveLock, false);
+	return true;
+}
+
+/*
  * Find the live processing or stuck record of a key and lock it for the
  * writer w (mode: for an update or a delete), waiting for any other
  * transaction writing or locking it.  false when there is no live record;
@@ -730,6 +1064,9 @@ LockLiveRecord(IdemWriter *w, LockTupleMode mode, KeyAction action,
 		switch (LookAtKey(w->table, scope, operation, key, CallTime(), rec))
 		{
 			case SIGHT_ABSENT:
+				if (WaitForHolder(scope, operation, key))
+					continue;
+				return false;
 			case SIGHT_EXPIRED:
 				return false;
 			case SIGHT_BUSY:
@@ -759,12 +1096,24 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 	IdemWriter	w;
 	IdemRecord	rec;
 	TimestampTz now;
+	HeldKey    *held = FindHeld(nspid, scope, operation, key);
+	const char *function = action == ACTION_COMPLETE ? "idem_complete()" : "idem_checkpoint()";
+
+	if (held != NULL)
+	{
+		/* The one write of a held reservation, with this change */
+		now = CallTime();
+		IdemRowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
+		if (action == ACTION_COMPLETE)
+			IdemRowSet(row, COL_EXPIRES_AT,
+					   TimestampTzGetDatum(AddTtl(now, held->ttl)), false);
+		WriteHeld(held, row, function);
+		return;
+	}
 
 	IdemRecordsOpen(nspid, scope, RowExclusiveLock, &table);
 	IdemRecordsCheckReadable(&table);
-	IdemRecordsWriterBegin(&table, ACL_UPDATE,
-						   action == ACTION_COMPLETE ? "idem_complete()" : "idem_checkpoint()",
-						   &w);
+	IdemRecordsWriterBegin(&table, ACL_UPDATE, function, &w);
 	if (!LockLiveRecord(&w, LockTupleNoKeyExclusive, action, scope, operation,
 						key, &rec))
 		ReportNotReserved(action, scope, operation, key);
@@ -825,6 +1174,11 @@ IdemRelease(Oid nspid, text *scope, text *operation, text *key)
 	IdemWriter	w;
 	IdemRecord	rec;
 	bool		found;
+	HeldKey    *held = FindHeld(nspid, scope, operation, key);
+
+	/* A held reservation is written first, and then deleted as any other */
+	if (held != NULL)
+		WriteHeld(held, NULL, "idem_release()");
 
 	IdemRecordsOpen(nspid, scope, RowExclusiveLock, &table);
 	IdemRecordsCheckReadable(&table);
@@ -1063,18 +1417,31 @@ idem_lookup(PG_FUNCTION_ARGS)
 		Datum	   *row;
 		Snapshot	snapshot;
 		MemoryContext oldcxt;
+		Oid			nspid;
+		HeldKey    *held;
 
 		GetKeyArgs(fcinfo, 0, 1, 2, &operation, &key, &scope);
 		funcctx = SRF_FIRSTCALL_INIT();
 		oldcxt = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
 		/* Not IdemFunctionNamespace: the SRF machinery owns fn_extra */
-		IdemRecordsOpen(get_func_namespace(fcinfo->flinfo->fn_oid), scope,
-						AccessShareLock, &table);
+		nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+		IdemRecordsOpen(nspid, scope, AccessShareLock, &table);
 		IdemRecordsCheckReadable(&table);
 		row = palloc(sizeof(Datum));
 		snapshot = RegisterSnapshot(LookupSnapshot());
-		if (IdemRecordsFetch(&table, snapshot, scope, operation, key, &rec, row) &&
-			!IsExpired(&rec, CallTime()))
+		held = FindHeld(nspid, scope, operation, key);
+		if (held != NULL)
+		{
+			/* Not written yet: the record as it will be (see the file header) */
+			IdemRow		r;
+
+			HeldRow(held, NULL, &r);
+			*row = IdemRecordsFormRow(&table, &r);
+			funcctx->user_fctx = row;
+			funcctx->max_calls = 1;
+		}
+		else if (IdemRecordsFetch(&table, snapshot, scope, operation, key, &rec, row) &&
+				 !IsExpired(&rec, CallTime()))
 		{
 			*row = LookupResultRow(fcinfo, &table, *row);
 			funcctx->user_fctx = row;

@@ -65,6 +65,7 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "common/hashfn.h"
 #include "commands/trigger.h"
 #include "miscadmin.h"
@@ -139,6 +140,7 @@ typedef struct IdemLayout
 	Oid			relid;
 	AttrNumber	attnum[IDEM_NUM_COLUMNS];
 	Oid			pkey;
+	bool		own_rules;		/* see OnlyOwnRules */
 } IdemLayout;
 
 static IdemLayout idem_layout;
@@ -489,6 +491,55 @@ PrimaryKeyMatches(Oid pkey, const AttrNumber *attnum)
 }
 
 /*
+ * Do the writes of rel evaluate only the rules of the install script?  No
+ * trigger, no CHECK constraint but idem_keys_status_check, and no index but
+ * the primary key and idem_keys_expires_at_idx and idem_keys_processing_idx
+ * (non-unique, on columns).  Then a record's writes fail or succeed the same
+ * whenever they are made, and keys.c may hold a reservation and write it
+ * later; a rule of the table's owner makes every write happen when it
+ * always did.
+ */
+static bool
+OnlyOwnRules(Relation rel, Oid pkey)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	List	   *indexes;
+	ListCell   *lc;
+	bool		own = true;
+
+	if (rel->trigdesc != NULL)
+		return false;
+	if (constr != NULL && constr->num_check > 0 &&
+		(constr->num_check > 1 ||
+		 strcmp(constr->check[0].ccname, "idem_keys_status_check") != 0))
+		return false;
+	indexes = RelationGetIndexList(rel);
+	foreach(lc, indexes)
+	{
+		Oid			index = lfirst_oid(lc);
+		HeapTuple	tuple;
+		char	   *name;
+
+		if (index == pkey)
+			continue;
+		name = get_rel_name(index);
+		tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(index));
+		if (name == NULL || !HeapTupleIsValid(tuple) ||
+			(strcmp(name, "idem_keys_expires_at_idx") != 0 &&
+			 strcmp(name, "idem_keys_processing_idx") != 0) ||
+			((Form_pg_index) GETSTRUCT(tuple))->indisunique ||
+			!heap_attisnull(tuple, Anum_pg_index_indexprs, NULL))
+			own = false;
+		if (HeapTupleIsValid(tuple))
+			ReleaseSysCache(tuple);
+		if (!own)
+			break;
+	}
+	list_free(indexes);
+	return own;
+}
+
+/*
  * Resolve the layout of idem_keys from its relcache entry: each column by
  * name, checked by type, and the primary key.  Anything else in the table
  * is an error (see the file header).
@@ -537,6 +588,7 @@ ResolveLayout(Relation rel)
 
 	memcpy(idem_layout.attnum, attnum, sizeof(attnum));
 	idem_layout.pkey = pkey;
+	idem_layout.own_rules = OnlyOwnRules(rel, pkey);
 	idem_layout.relid = RelationGetRelid(rel);
 	idem_layout.valid = true;
 }
@@ -645,6 +697,7 @@ OpenLocked(Oid relid, LOCKMODE lockmode, IdemTable *table)
 		ResolveLayout(table->rel);
 	memcpy(table->attnum, idem_layout.attnum, sizeof(table->attnum));
 	table->pkey = idem_layout.pkey;
+	table->own_rules = idem_layout.own_rules;
 }
 
 /* IdemRecordsTryOpen, with an ERROR when the table is not there */
@@ -672,6 +725,38 @@ CheckPrivilege(IdemTable *table, AclMode mode)
 	aclresult = pg_class_aclcheck(RelationGetRelid(table->rel), GetUserId(), mode);
 	if (aclresult != ACLCHECK_OK)
 		aclcheck_error(aclresult, OBJECT_TABLE, RelationGetRelationName(table->rel));
+}
+
+/*
+ * Check what a write would check first (see IdemRecordsWriterBegin) without
+ * writing: for a reservation that writes later (keys.c)
+ */
+void
+IdemRecordsCheckWritable(IdemTable *table, AclMode mode, const char *function)
+{
+	PreventCommandIfReadOnly(function);
+	CheckPrivilege(table, mode);
+}
+
+/* A whole row of table, as a composite datum, with the columns set in row */
+Datum
+IdemRecordsFormRow(IdemTable *table, IdemRow *row)
+{
+	TupleDesc	desc = RelationGetDescr(table->rel);
+	Datum	   *values = palloc0(desc->natts * sizeof(Datum));
+	bool	   *isnull = palloc(desc->natts * sizeof(bool));
+	int			c;
+
+	memset(isnull, true, desc->natts * sizeof(bool));
+	for (c = 0; c < IDEM_NUM_COLUMNS; c++)
+	{
+		/* (a column the previous release's catalog lacks has none) */
+		if (!row->set[c] || table->attnum[c] == 0)
+			continue;
+		values[table->attnum[c] - 1] = row->values[c];
+		isnull[table->attnum[c] - 1] = row->isnull[c];
+	}
+	return HeapTupleGetDatum(heap_form_tuple(desc, values, isnull));
 }
 
 /* Refuse to read past privileges or row-level security */

@@ -79,6 +79,8 @@ typedef struct IdemTable
 											 * the previous release's
 											 * catalog */
 	Oid			pkey;			/* the primary key (scope, operation, key) */
+	bool		own_rules;		/* no rule of the owner's on its writes
+								 * (records.c, OnlyOwnRules) */
 } IdemTable;
 
 /* The executor state of the writes of one call */
@@ -132,6 +134,9 @@ extern void IdemRecordsKeyLockTag(LOCKTAG *tag, text *scope, text *operation,
 extern bool IdemRecordsDelete(IdemWriter *w, bool report_skip);
 extern void IdemRecordsFireAfterTriggers(IdemWriter *w);
 
+extern void IdemRecordsCheckWritable(IdemTable *table, AclMode mode,
+									 const char *function);
+extern Datum IdemRecordsFormRow(IdemTable *table, IdemRow *row);
 extern void IdemRowInit(IdemRow *row);
 extern void IdemRowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull);
 

@@ -37,6 +37,8 @@ SELECT outcome FROM idem_reserve('pay', 'k3', '{\"a\": 2}');
 UPDATE idem_keys SET expires_at = now() - interval '1 hour' WHERE key IN ('k1', 'k2', 'k3');
 -- 2 records whose outcome is unknown: one flagged, one overdue
 SELECT r.outcome FROM (VALUES ('s1'), ('s2')) v(k), LATERAL idem_reserve('ship', v.k) r;
+" -c "
+-- (a transaction of its own: the reservations are written when theirs commits)
 UPDATE idem_keys SET status = 'stuck' WHERE key = 's1';
 UPDATE idem_keys SET updated_at = now() - interval '1 day' WHERE key = 's2';
 " >/dev/null

@@ -66,8 +66,9 @@ SELECT idem_reserve('pay', 'e' || i, ttl => '1 hour'), idem_complete('pay', 'e' 
 FROM generate_series(1, 3) i;
 UPDATE idem_keys SET expires_at = now() - interval '1 minute';
 SELECT idem_reserve('charge', k) FROM (VALUES ('ok'), ('boom')) v(k);
-UPDATE idem_keys SET updated_at = now() - interval '1 minute' WHERE operation = 'charge';
 COMMIT;
+-- after the commit, which writes the reservations above (src/keys.c)
+UPDATE idem_keys SET updated_at = now() - interval '1 minute' WHERE operation = 'charge';
 });
 my $before = $node->safe_psql('app',
 	q{SELECT passes FROM idem_worker_status WHERE datname = 'app'});
