@@ -70,6 +70,41 @@ top=$(sed -n 's/^## \([0-9][^ ]*\).*/\1/p' CHANGELOG.md | head -n 1)
 [ "$top" = "$version" ] && ok "CHANGELOG.md's newest section is $version" ||
 	fail "CHANGELOG.md's newest section is \"$top\", not $version"
 
+# Releases are frozen: the install script of each release, by its sha256
+# as released.  An earlier release's is kept as idempotency--V.sql; the
+# current version's, once it is released, is idempotency.sql itself, until
+# the next version starts (doc/development.md, "Cutting a release").  A
+# release's CHANGELOG section is dated, and the Debian changelog of the
+# current version names a distribution once it is released.
+declare -A released=(
+	[0.1.0]=6ee7063b1daa4db2b1b5df5024cd19258f445301f5f83a3005a46c0755a2f92a
+	[0.2.0]=633c5c56f7940a1e5f138623bae708caffe6ebace5fc6e758820b2fe4e037882
+)
+for v in $(printf '%s\n' "${!released[@]}" | sort -V); do
+	# (idempotency--$version.sql is make's copy of idempotency.sql)
+	if [ "$v" = "$version" ]; then
+		f=idempotency.sql
+	elif [ -f "idempotency--$v.sql" ]; then
+		f=idempotency--$v.sql
+	else
+		fail "release $v has no install script idempotency--$v.sql"
+		continue
+	fi
+	if [ "$(sha256sum "$f" | cut -d' ' -f1)" = "${released[$v]}" ]; then
+		ok "$f is the install script of $v as released"
+	else
+		fail "$f is not the install script of $v as released: a released script never changes, a catalog change starts the next version"
+	fi
+done
+if [ -n "${released[$version]:-}" ]; then
+	grep -qE "^## $version \([0-9]{4}-[0-9]{2}-[0-9]{2}\)$" CHANGELOG.md &&
+		ok "CHANGELOG.md dates release $version" ||
+		fail "CHANGELOG.md's section of release $version has no date"
+	head -n 1 debian/changelog | grep -q ' UNRELEASED;' &&
+		fail "debian/changelog of release $version says UNRELEASED" ||
+		ok "debian/changelog of release $version names a distribution"
+fi
+
 [ -f LICENSE ] && grep -q 'The idempotency developers' LICENSE && ok "LICENSE names the copyright holder" ||
 	fail "no LICENSE naming the idempotency developers"
 
