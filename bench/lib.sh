@@ -168,3 +168,33 @@ target_row() {
 		else print "missed" }')
 	echo "| $1 | $3 $4 | $2 | $verdict |"
 }
+
+# Chart data: the suites that bench/run.sh draws (80_nocontention,
+# 85_storm) write what their tables print into tab-separated files too, and
+# bench/charts.gp turns them into SVG.
+#
+#   bench_chart_row FILE FIELD...
+#                               append one row to $IDEM_WORK/charts/FILE.tsv
+#                               (the first row a suite writes is its header)
+#   bench_charts                draw bench/charts.gp's charts from the files
+#                               this run wrote into BENCH_CHARTS (default: the
+#                               bench/ directory of the tree run.sh was started
+#                               from; empty: no charts)
+bench_chart_row() {
+	local file=$IDEM_WORK/charts/$1.tsv
+	shift
+	mkdir -p "$IDEM_WORK/charts"
+	(IFS=$'\t'; echo "$*") >>"$file"
+}
+
+bench_charts() {
+	local out=${BENCH_CHARTS-$IDEM_ROOT/bench} chart
+	[ -n "$out" ] || return 0
+	for chart in nocontention storm; do
+		[ -s "$IDEM_WORK/charts/$chart.tsv" ] || continue
+		gnuplot -e "chart = '$chart'; data = '$IDEM_WORK/charts/$chart.tsv'; out = '$out/$chart.svg'" \
+			"$IDEM_SRC/bench/charts.gp" &&
+			echo "== chart: $out/$chart.svg" >&2 ||
+			echo "== could not draw $out/$chart.svg (the report above stands)" >&2
+	done
+}

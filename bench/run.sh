@@ -9,13 +9,14 @@
 # Environment: BENCH_SECONDS (per pgbench run, default 6), BENCH_ROUNDS
 # (rounds of the core and patterns suites, whose tables show medians;
 # default 3), BENCH_CLIENTS (default 4), BENCH_ONLY=glob to run some suites
-# only.
+# only, BENCH_CHARTS (where the charts go: bench/ of this tree by default,
+# empty for none).
 
 source "$(dirname "$0")/../test/lib.sh"
 source "$IDEM_ROOT/bench/lib.sh"
 
-# the load generator's libraries and the Redis variants' server
-IDEM_PACKAGES+=(libpq-dev libhiredis-dev redis-server)
+# the load generator's libraries, the Redis variants' server, the charts
+IDEM_PACKAGES+=(libpq-dev libhiredis-dev redis-server gnuplot-nox)
 idem_setup "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" \
 	"shared_buffers = '1GB'" "autovacuum_naptime = '10s'"
 
@@ -33,6 +34,8 @@ for suite in "$IDEM_SRC"/bench/suites/${BENCH_ONLY:-*}.sh; do
 	echo
 	source "$suite"
 done
+# 80_nocontention's and 85_storm's results as SVG charts (bench/charts.gp)
+bench_charts
 # a suite that found a broken guarantee (90_faults) names it here
 if [ -n "${BENCH_FAIL:-}" ]; then
 	echo

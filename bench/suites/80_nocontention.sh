@@ -67,6 +67,18 @@ nc_row() {
 	echo "| $1$cells | $(printf '%.0f' "$(nc_m "$v" off wal_bytes)") |"
 }
 
+# the chart (bench/charts.gp): new-key variants, req/s and ratio to (a),
+# sync off and on; | breaks a label's line
+bench_chart_row nocontention variant label off_rps off_ratio on_rps on_ratio
+for v in "a_bare_insert|(a) bare INSERT|of the payment" "g_floor|(g) floor: payment|+ bare key row" \
+	"c_seed_plpgsql|(c) hand-written|PL/pgSQL" "e_ext_server|(e) extension,|one server call" \
+	"i_ext_call|idem_call" "h_seed_redis|(h) Redis pattern|SET NX, INSERT, SET" \
+	"b_seed_client|(b) hand-written|client statements" "d_ext_client|(d) extension,|client statements"; do
+	bench_chart_row nocontention "${v%%|*}" "${v#*|}" \
+		"$(nc_m "${v%%|*}" off rps)" "$(nc_div "$(nc_m "${v%%|*}" off rps)" "$(nc_m a_bare_insert off rps)")" \
+		"$(nc_m "${v%%|*}" on rps)" "$(nc_div "$(nc_m "${v%%|*}" on rps)" "$(nc_m a_bare_insert on rps)")"
+done
+
 echo "## No contention: one request per transaction, every variant from one client (80_nocontention)"
 echo
 echo "bench/loadgen.c, $BENCH_CLIENTS connections, median of $LOAD_ROUNDS rounds of ${LOAD_SECONDS} s runs;"

@@ -60,3 +60,12 @@ storm_row "(e) the extension, one server call" e_ext_server
 storm_row "idem_call" i_ext_call
 storm_row "(c) the seed's PL/pgSQL with ON CONFLICT" c_seed_plpgsql
 storm_row "(h) the seed's Redis pattern" h_seed_redis
+
+# the chart (bench/charts.gp): duplicate latency per variant against the
+# effect's duration; | breaks a label's line
+bench_chart_row storm variant label dup_p50_ms dup_p99_ms rps effect_ms
+for v in "e_ext_server|(e) extension,|one server call" "i_ext_call|idem_call" \
+	"c_seed_plpgsql|(c) hand-written|PL/pgSQL, ON CONFLICT" "h_seed_redis|(h) Redis pattern|SET NX, INSERT, SET"; do
+	bench_chart_row storm "${v%%|*}" "${v#*|}" "$(load_get "storm/${v%%|*}" dup_p50_ms)" \
+		"$(load_get "storm/${v%%|*}" dup_p99_ms)" "$(load_get "storm/${v%%|*}" rps)" "$STORM_EFFECT_MS"
+done
