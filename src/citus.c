@@ -98,7 +98,7 @@ RegisterCallbacks(void)
 {
 	if (callbacks_registered)
 		return;
-	CacheRegisterSyscacheCallback(EXTENSIONOID, ExtensionInvalidate, (Datum) 0);
+	CacheRegisterSyscacheCallback(IDEM_EXTENSION_SYSCACHE, ExtensionInvalidate, (Datum) 0);
 	CacheRegisterRelcacheCallback(DistributionInvalidate, (Datum) 0);
 	callbacks_registered = true;
 }

@@ -71,6 +71,17 @@
 	ShmemInitHash((name), (nelems), (nelems), (infoP), (hash_flags))
 #endif
 
+/*
+ * The syscache of pg_extension by OID, whose invalidations say that an
+ * extension came or went: EXTENSIONOID, except in PostgreSQL 17, whose
+ * minor release that added it appended it to the list as ZEXTENSIONOID.
+ */
+#if PG_VERSION_NUM >= 170000 && PG_VERSION_NUM < 180000
+#define IDEM_EXTENSION_SYSCACHE	ZEXTENSIONOID
+#else
+#define IDEM_EXTENSION_SYSCACHE	EXTENSIONOID
+#endif
+
 /* PostgreSQL 16.1 renamed the accessor of the local backend status array */
 #if PG_VERSION_NUM < 160001
 #define pgstat_get_local_beentry_by_index(idx) pgstat_fetch_stat_local_beentry(idx)
