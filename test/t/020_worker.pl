@@ -8,6 +8,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest qw(log_errors);
 use Time::HiRes qw(time usleep);
 use JSON::PP;
 
@@ -217,8 +220,6 @@ my $t0 = time;
 $node->stop('fast');
 cmp_ok(time - $t0, '<', 5, 'a fast shutdown is not held up by the worker');
 
-$log = slurp_file($node->logfile);
-my @errors = grep { /\b(ERROR|FATAL|PANIC):/ } split /\n/, $log;
-is(join("\n", @errors), '', 'no errors in the server log');
+is(log_errors($node), '', 'no errors in the server log');
 
 done_testing();

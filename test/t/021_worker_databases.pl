@@ -149,9 +149,7 @@ add_records('db1', 5);
 ok(defined wait_for($node, 'db1', "SELECT ($expired) = 0", 10),
 	'the remaining databases are still served');
 
-my $log = slurp_file($node->logfile, $log_offset);
-my @errors = grep { /\b(ERROR|FATAL|PANIC|WARNING):/ } split /\n/, $log;
-is(join("\n", @errors), '',
+is(log_errors($node, offset => $log_offset, warnings => 1), '',
 	'no errors in the log: dropped extension, dropped databases, template, no connections');
 
 $node->stop;

@@ -8,6 +8,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest qw(log_errors);
 
 # Not every suite packages pg_cron for every version (none for 19 yet)
 my $sharedir = `pg_config --sharedir`;
@@ -85,9 +88,7 @@ is($node->safe_psql('postgres', q{SELECT string_agg(key, ',' ORDER BY key) FROM 
 is($node->safe_psql('postgres', q{SELECT count(DISTINCT xid) FROM calls}),
 	'2', 'under pg_cron, CALL idem_maintain() gives each reconciler call its own transaction');
 
-my $log = slurp_file($node->logfile);
-my @errors = grep { /\b(ERROR|FATAL|PANIC|WARNING):/ } split /\n/, $log;
-is(join("\n", @errors), '', 'no errors in the log');
+is(log_errors($node, warnings => 1), '', 'no errors in the log');
 
 $node->stop;
 done_testing();

@@ -290,14 +290,7 @@ ok( defined wait_for($node,
 	'and the worker reports there');
 
 $node->stop('fast');
-$log = slurp_file($node->logfile);
-# (a fast shutdown ends whatever runs with a FATAL "due to administrator
-# command": the worker in the middle of a pass, a client still connected)
-my @errors = grep {
-	/\b(ERROR|FATAL|PANIC):/
-	  && !/permission denied for view idem_worker_status/
-	  && !/FATAL:  terminating (background worker ".*"|connection) due to administrator command/
-} split /\n/, $log;
-is(join("\n", @errors), '', 'no other errors in the server log');
+is(log_errors($node, except => [qr/permission denied for view idem_worker_status/]),
+	'', 'no other errors in the server log');
 
 done_testing();

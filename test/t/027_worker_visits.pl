@@ -11,6 +11,9 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest qw(log_errors);
 use Time::HiRes qw(time usleep);
 
 my $node = PostgreSQL::Test::Cluster->new('visits');
@@ -143,11 +146,8 @@ sleep(3);
 is(starts('plain2', $offset), 1, 'after the restart, plain2 gets one worker and no more');
 cmp_ok(starts('copied', $offset), '>=', 5, 'copied gets a worker every round');
 
-my $log = slurp_file($node->logfile);
 # (the restart may stop a worker that is connecting, with a FATAL)
-my @errors = grep { /\b(ERROR|FATAL|PANIC|WARNING):/ && !/due to administrator command/ }
-  split /\n/, $log;
-is(join("\n", @errors), '', 'no errors in the log');
+is(log_errors($node, warnings => 1), '', 'no errors in the log');
 
 $node->stop;
 done_testing();
