@@ -10,22 +10,17 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib $FindBin::RealBin;
-use IdemTest qw(log_errors);
+use IdemTest qw(start_node log_errors);
 use Time::HiRes qw(time usleep);
 use JSON::PP;
 
 my $interval = 1.0;    # seconds, as set below
 
-my $node = PostgreSQL::Test::Cluster->new('worker');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
+my $node = start_node('worker', q{
 log_line_prefix = '%m [%p] %b '
 idempotency.sweep_interval = '1s'
 idempotency.processing_timeout = '200ms'
 });
-$node->start;
 
 # Poll a query in a session until it returns 't'; seconds taken, or undef
 sub wait_for

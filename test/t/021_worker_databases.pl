@@ -14,16 +14,11 @@ use lib $FindBin::RealBin;
 use IdemTest;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('databases');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
+my $node = start_node('databases', q{
 log_line_prefix = '%m [%p] %b '
 idempotency.sweep_interval = '1s'
 idempotency.max_workers = 2
 });
-$node->start;
 
 # Add n completed records that expired a minute ago, and one live one
 sub add_records

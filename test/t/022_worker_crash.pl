@@ -9,15 +9,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest qw(start_node);
 use Time::HiRes qw(time usleep);
 
 my $backlog = 300_000;
 
-my $node = PostgreSQL::Test::Cluster->new('crash');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
+my $node = start_node('crash', q{
 log_line_prefix = '%m [%p] %b '
 idempotency.sweep_interval = '500ms'
 idempotency.sweep_batch_size = 500
@@ -25,7 +24,6 @@ idempotency.processing_timeout = '1h'
 idempotency.enabled = off
 restart_after_crash = on
 });
-$node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION idempotency');
 
 # A backlog of expired completed records, and live ones of every kind;

@@ -20,17 +20,12 @@ use IdemTest;
 # The source tree, wherever prove runs from
 my $root = "$FindBin::Bin/../..";
 
-my $node = PostgreSQL::Test::Cluster->new('worker_status');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
+my $node = start_node('worker_status', q{
 log_line_prefix = '%m [%p] %b '
 idempotency.sweep_interval = '1s'
 idempotency.processing_timeout = '200ms'
 idempotency.stats_max_operations = 10
 });
-$node->start;
 
 for my $db ('app', 'gone')
 {

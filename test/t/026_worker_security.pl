@@ -14,17 +14,15 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest qw(start_node);
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('worker_security');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
+my $node = start_node('worker_security', q{
 idempotency.sweep_interval = '300ms'
 idempotency.processing_timeout = '100ms'
 });
-$node->start;
 
 my $super = $node->safe_psql('postgres', 'SELECT rolname FROM pg_roles WHERE oid = 10');
 

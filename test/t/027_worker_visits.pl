@@ -13,19 +13,14 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib $FindBin::RealBin;
-use IdemTest qw(log_errors);
+use IdemTest qw(start_node log_errors);
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('visits');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
+my $node = start_node('visits', q{
 log_min_messages = debug1
 idempotency.sweep_interval = '200ms'
 max_prepared_transactions = 2
 });
-$node->start;
 
 my @plain = ('plain1', 'plain2', 'plain3');
 $node->safe_psql('postgres', "CREATE DATABASE $_") for (@plain, 'served');

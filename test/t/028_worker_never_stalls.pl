@@ -21,18 +21,13 @@ use lib $FindBin::RealBin;
 use IdemTest;
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('never_stalls');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
+my $node = start_node('never_stalls', q{
 log_line_prefix = '%m [%p] %b '
 idempotency.sweep_interval = '500ms'
 idempotency.processing_timeout = '200ms'
 idempotency.max_workers = 1
 idempotency.reconciler_timeout = '1s'
 });
-$node->start;
 
 # Expired completed records in a database; the query that is true once
 # the worker has swept them

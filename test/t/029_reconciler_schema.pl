@@ -15,17 +15,15 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use IdemTest qw(start_node);
 use Time::HiRes qw(time usleep);
 
-my $node = PostgreSQL::Test::Cluster->new('reconciler_schema');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'idempotency'
+my $node = start_node('reconciler_schema', q{
 idempotency.sweep_interval = '300ms'
 idempotency.processing_timeout = '100ms'
 });
-$node->start;
 
 $node->safe_psql('postgres', q{
 CREATE ROLE dbowner LOGIN;

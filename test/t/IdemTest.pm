@@ -1,6 +1,6 @@
-# Helpers shared by the TAP tests in test/t: polling a query while the
-# background worker works, changing a server setting, and reading the
-# server log for errors.  A test loads it
+# Helpers shared by the TAP tests in test/t: a node that preloads the
+# library, polling a query while the background worker works, changing a
+# server setting, and reading the server log for errors.  A test loads it
 # with "use FindBin; use lib $FindBin::RealBin; use IdemTest;".
 package IdemTest;
 
@@ -8,9 +8,23 @@ use strict;
 use warnings;
 use Exporter 'import';
 use Time::HiRes qw(time usleep);
+use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils ();
 
-our @EXPORT = qw(wait_for set_conf log_errors);
+our @EXPORT = qw(start_node wait_for set_conf log_errors);
+
+# A new node named $name that preloads the library, with the further
+# postgresql.conf lines $conf, started
+sub start_node
+{
+	my ($name, $conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'idempotency'\n" . ($conf // ''));
+	$node->start;
+	return $node;
+}
 
 # Run $sql in database $db of $node until it returns 't' (an error counts as
 # not yet); the seconds that took, or undef after $timeout seconds
