@@ -104,6 +104,14 @@ typedef struct IdemReservation
 	TimestampTz expires_at;
 } IdemReservation;
 
+/* Are two text or bytea values equal byte for byte? */
+static inline bool
+IdemVarlenaEqual(const struct varlena *a, const struct varlena *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
+}
+
 /* Settings (idempotency.c) */
 extern int	idem_default_ttl_s;
 extern int	idem_processing_timeout_ms;

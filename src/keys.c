@@ -183,14 +183,6 @@ static bool held_callbacks = false;
 
 static void WriteHeld(HeldKey *h, IdemRow *change, const char *function);
 
-/* Are two text values equal bytewise? */
-static bool
-TextEqual(text *a, text *b)
-{
-	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
-}
-
 /* The reservation of a key this transaction holds and has not written, or NULL */
 static HeldKey *
 FindHeld(Oid nspid, text *scope, text *operation, text *key)
@@ -199,8 +191,8 @@ FindHeld(Oid nspid, text *scope, text *operation, text *key)
 
 	for (h = held_keys; h != NULL; h = h->next)
 		if (h->written == InvalidSubTransactionId && h->nspid == nspid &&
-			TextEqual(h->key, key) && TextEqual(h->operation, operation) &&
-			TextEqual(h->scope, scope))
+			IdemVarlenaEqual(h->key, key) && IdemVarlenaEqual(h->operation, operation) &&
+			IdemVarlenaEqual(h->scope, scope))
 			return h;
 	return NULL;
 }
@@ -584,8 +576,7 @@ HashDiffers(bytea *a, bytea *b)
 {
 	if (a == NULL || b == NULL)
 		return a != b;
-	return VARSIZE_ANY_EXHDR(a) != VARSIZE_ANY_EXHDR(b) ||
-		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) != 0;
+	return !IdemVarlenaEqual(a, b);
 }
 
 /*

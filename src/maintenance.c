@@ -699,13 +699,11 @@ OpCountsFlush(OpCounts *oc, IdemCounter counter)
 static void
 OpCountsAdd(OpCounts *oc, text *operation, IdemCounter counter)
 {
-	int			len = VARSIZE_ANY_EXHDR(operation);
 	int			i;
 
 	for (i = oc->n - 1; i >= 0; i--)
 	{
-		if (VARSIZE_ANY_EXHDR(oc->operation[i]) == len &&
-			memcmp(VARDATA_ANY(oc->operation[i]), VARDATA_ANY(operation), len) == 0)
+		if (IdemVarlenaEqual(oc->operation[i], operation))
 		{
 			oc->count[i]++;
 			return;
@@ -1361,9 +1359,7 @@ SkipOperation(List *stuck, StuckRecord *rec)
 	{
 		StuckRecord *other = (StuckRecord *) lfirst(lc);
 
-		if (VARSIZE_ANY_EXHDR(other->rc.operation) == VARSIZE_ANY_EXHDR(rec->rc.operation) &&
-			memcmp(VARDATA_ANY(other->rc.operation), VARDATA_ANY(rec->rc.operation),
-				   VARSIZE_ANY_EXHDR(rec->rc.operation)) == 0)
+		if (IdemVarlenaEqual(other->rc.operation, rec->rc.operation))
 			other->skip = true;
 	}
 }
