@@ -59,6 +59,18 @@ SELECT outcome, response FROM idem_reserve('old', 'open');
 SELECT idem_canonical('{"b": 1, "a": 2}'), length(idem_hash('{}')) AS hash_len;
 SELECT key, status FROM idem_keys ORDER BY scope, key;
 
+-- idem_reserve forms its row by position: a row type changed under it
+-- (0.1.0 returns the type idem_reservation) is refused, called in FROM or
+-- in a select list, never read past its columns
+BEGIN;
+ALTER TYPE idem_reservation ADD ATTRIBUTE extra integer;
+SAVEPOINT s;
+SELECT outcome FROM idem_reserve('old', 'done', '{"a": 1}');
+ROLLBACK TO s;
+SELECT idem_reserve('old', 'done', '{"a": 1}');
+ROLLBACK;
+SELECT outcome FROM idem_reserve('old', 'done', '{"a": 1}');
+
 -- A catalog older than the previous release (none was released before
 -- 0.1.0: this one pretends to be older) is refused with the hint to update
 UPDATE pg_extension SET extversion = '0.0.9' WHERE extname = 'idempotency';

@@ -101,6 +101,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/regproc.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -1203,6 +1204,67 @@ GetKeyArgs(FunctionCallInfo fcinfo, int op_arg, int key_arg, int scope_arg,
 	IdemCheckScope(*scope);
 }
 
+/* The columns of idem_reserve's row, in order (both catalogs) */
+static const Oid reserve_result_types[] = {
+	TEXTOID,					/* outcome */
+	INT4OID,					/* http_status */
+	INT4OID,					/* response_status */
+	JSONBOID,					/* response */
+	TEXTOID,					/* resource_id */
+	TEXTOID,					/* recovery_point */
+	TIMESTAMPTZOID				/* expires_at */
+};
+
+static bool
+IsReserveResultDesc(TupleDesc desc)
+{
+	if (desc == NULL || desc->natts != lengthof(reserve_result_types))
+		return false;
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || att->atttypid != reserve_result_types[i])
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The row descriptor of idem_reserve's result, blessed, in fn_mcxt.  Called
+ * in FROM, as callers do, the executor has already built it (from the OUT
+ * parameters, or the idem_reservation type of the 0.1.0 catalog) and passes
+ * it as expectedDesc: building it again from pg_proc cost a replay a tenth
+ * of its instructions.  A call elsewhere takes it from the catalog.  Either
+ * way its columns are checked, since the values below are formed by
+ * position.
+ */
+static TupleDesc
+ReserveResultDesc(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TupleDesc	desc = NULL;
+	MemoryContext oldcxt;
+
+	if (rsinfo != NULL && IsA(rsinfo, ReturnSetInfo))
+		desc = rsinfo->expectedDesc;
+	if (!IsReserveResultDesc(desc))
+	{
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "return type must be a row type");
+		if (!IsReserveResultDesc(desc))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("result type of function %s has been changed",
+							format_procedure(fcinfo->flinfo->fn_oid)),
+					 errdetail("The function must return the columns outcome, http_status, response_status, response, resource_id, recovery_point and expires_at, in that order.")));
+	}
+	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+	desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+	MemoryContextSwitchTo(oldcxt);
+	return desc;
+}
+
 /*
  * idem_reserve(operation, key, request, scope, ttl)
  *	 → (outcome, http_status, response_status, response, resource_id,
@@ -1225,16 +1287,7 @@ idem_reserve(PG_FUNCTION_ARGS)
 	GetKeyArgs(fcinfo, 0, 1, 3, &operation, &key, &scope);
 
 	if (cache->tupdesc == NULL)
-	{
-		TupleDesc	tupdesc;
-		MemoryContext oldcxt;
-
-		if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-			elog(ERROR, "return type must be a row type");
-		oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-		cache->tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
-		MemoryContextSwitchTo(oldcxt);
-	}
+		cache->tupdesc = ReserveResultDesc(fcinfo);
 
 	IdemReserve(cache->nspid, scope, operation, key, request, ttl,
 				IDEM_RESERVE_COUNT, &r);
