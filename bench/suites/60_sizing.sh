@@ -94,7 +94,7 @@ SQL
 echo "60_sizing: first generation of $SIZING_ROWS keys" >&2
 sizing_fill
 records=$(sizing_value "SELECT count(*) FROM idem_keys")
-sizing_wait_stat n_tup_upd "$records"
+sizing_wait_stat n_tup_ins "$records"
 declare -A SIZE=()
 while IFS='|' read -r rel bytes; do SIZE[$rel]=$bytes; done < <(sizing_sizes)
 total_first=$(sizing_total)
