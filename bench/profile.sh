@@ -25,7 +25,9 @@
 # seed's client SQL, c its PL/pgSQL, d the extension's client statements, e
 # one server call, f a replay, g the floor, i idem_call, j a bare
 # primary-key SELECT of the response that f replays), or any other
-# script of bench/core by its name (x4_floor_plpgsql).
+# script of bench/core by its name (x4_floor_plpgsql: the floor as a
+# PL/pgSQL function; x5_floor_record_plpgsql: the floor of the one-write
+# design, doc/write-path.md).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

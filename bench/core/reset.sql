@@ -5,7 +5,7 @@
 -- predecessors left (random keys in a bigger index cost more CPU and more
 -- full-page images); on empty tables PL/pgSQL's cached plans would settle on
 -- sequential scans that the growing table then punishes.
-TRUNCATE bench_payments, bench_idempotency_records, bench_floor_keys, idem_keys;
+TRUNCATE bench_payments, bench_idempotency_records, bench_floor_keys, bench_record_keys, idem_keys;
 INSERT INTO bench_payments (order_id, amount)
 SELECT 'pre-' || i, 100 FROM generate_series(1, 50000) i;
 INSERT INTO bench_idempotency_records
@@ -31,5 +31,6 @@ SELECT 'acct-1', 'create-payment', 'pre-' || i,
 	   'completed', 201, jsonb_build_object('payment_id', i, 'status', 'paid'), i::text,
 	   now() + interval '24 hours'
 FROM generate_series(1, 40000) i;
+INSERT INTO bench_record_keys SELECT * FROM idem_keys;
 VACUUM ANALYZE;
 CHECKPOINT;

@@ -32,6 +32,9 @@ CREATE TABLE bench_floor_keys (
 	PRIMARY KEY (scope, operation, key)
 );
 
+-- x5's table: a copy of idem_keys with its CHECK constraints and indexes
+CREATE TABLE bench_record_keys (LIKE idem_keys INCLUDING ALL);
+
 -- (c) the seed's flow as one PL/pgSQL function
 CREATE FUNCTION bench_pay_plpgsql(p_key text, p_order text, p_amount int)
 RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -133,5 +136,31 @@ BEGIN
 	INSERT INTO bench_floor_keys VALUES ('acct-1', 'create-payment', p_key);
 	INSERT INTO bench_payments (order_id, amount) VALUES (p_order, p_amount) RETURNING id INTO pid;
 	RETURN jsonb_build_object('payment_id', pid, 'status', 'paid');
+END
+$$;
+
+-- x5, the floor of the one-write design (doc/write-path.md), written as x4
+-- is: what any design that looks a key up and writes its record once,
+-- completed, must do beside the payment.  One primary-key probe, the
+-- request's fingerprint built and hashed as (e)'s caller and
+-- idem_reserve do, and one insert of the whole record into a copy of
+-- idem_keys (its CHECK, primary key, expiry and processing indexes); no
+-- key lock, no outcome, no statistics.
+CREATE FUNCTION bench_pay_floor_record(p_key text, p_order text, p_amount int)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+	pid bigint;
+	resp jsonb;
+BEGIN
+	PERFORM 1 FROM bench_record_keys
+	WHERE scope = 'acct-1' AND operation = 'create-payment' AND key = p_key;
+	INSERT INTO bench_payments (order_id, amount) VALUES (p_order, p_amount) RETURNING id INTO pid;
+	resp := jsonb_build_object('payment_id', pid, 'status', 'paid');
+	INSERT INTO bench_record_keys (scope, operation, key, request_hash, status, response_status,
+								   response, resource_id, expires_at)
+	VALUES ('acct-1', 'create-payment', p_key,
+			idem_hash(jsonb_build_object('order_id', p_order, 'amount', p_amount)),
+			'completed', 201, resp, pid::text, now() + interval '24 hours');
+	RETURN resp;
 END
 $$;
