@@ -40,10 +40,13 @@ if (chart eq "nocontention") {
 	set ylabel "requests/s ÷ (a)'s in the same column (higher is better)"
 	set arrow 1 from graph 0, first FLOOR_OFF_max to graph 1, first FLOOR_OFF_max nohead dt 2 lw 2 lc rgb off front
 	set arrow 2 from graph 0, first FLOOR_ON_max to graph 1, first FLOOR_ON_max nohead dt 2 lw 2 lc rgb on front
+	# the higher line's label above it, the lower one's below, so that
+	# two floors close together never write over each other
+	off_dy = (FLOOR_OFF_max >= FLOOR_ON_max ? 0.7 : -0.7)
 	set label 1 sprintf("floor (g), commits not flushed: %.2f", FLOOR_OFF_max) at graph 0.99, first FLOOR_OFF_max \
-		right offset 0, -0.7 tc rgb off font ",11" front
+		right offset 0, off_dy tc rgb off font ",11" front
 	set label 2 sprintf("floor (g), commits flushed: %.2f", FLOOR_ON_max) at graph 0.99, first FLOOR_ON_max \
-		right offset 0, 0.7 tc rgb on font ",11" front
+		right offset 0, -off_dy tc rgb on font ",11" front
 	plot data skip 1 using ($0 - 0.2):4 with boxes lc rgb off title "synchronous_commit off", \
 		'' skip 1 using ($0 + 0.2):6 with boxes lc rgb on title "synchronous_commit on", \
 		'' skip 1 using 0:(0):(""):xtic(label(strcol(2))) with labels, \
