@@ -24,7 +24,8 @@
 # Variants: the bench/core scripts by their letter (a bare INSERT, b the
 # seed's client SQL, c its PL/pgSQL, d the extension's client statements, e
 # one server call, f a replay, g the floor, i idem_call, j a bare
-# primary-key SELECT of the response that f replays), or any other
+# primary-key SELECT of the response that f replays, k the two-phase form:
+# reserve, payment and complete each in a transaction of its own), or any other
 # script of bench/core by its name (x4_floor_plpgsql: the floor as a
 # PL/pgSQL function; x5_floor_record_plpgsql: the floor of the one-write
 # design, doc/write-path.md).
@@ -146,6 +147,7 @@ script_of() {
 		a) echo a_bare_insert ;; b) echo b_seed_client ;; c) echo c_seed_plpgsql ;;
 		d) echo d_ext_client ;; e) echo e_ext_server ;; f) echo f_replay ;;
 		g) echo g_floor ;; i) echo i_ext_call ;; j) echo j_select_response ;;
+		k) echo k_ext_two_phase ;;
 		*) [ -f "$ROOT/bench/core/$1.sql" ] && echo "$1" && return
 			echo "profile.sh: unknown variant $1" >&2; exit 1 ;;
 	esac
