@@ -164,7 +164,9 @@ CanonItoa(int value, char *p)
  * creating a context (with OpenSSL, a digest context registered with the
  * current resource owner) and freeing it cost more than hashing a small
  * request.  It is created under a resource owner of its own that is never
- * released, so that the end of a transaction does not free it.  Hashes
+ * released, and in TopMemoryContext (PostgreSQL built without OpenSSL
+ * pallocs it in the current context), so that the end of a transaction
+ * does not free it.  Hashes
  * never nest, and one that an error left unfinished is simply initialized
  * again by the next.
  */
@@ -176,17 +178,22 @@ CanonSha256Context(void)
 	static ResourceOwner owner = NULL;
 	ResourceOwner saved = CurrentResourceOwner;
 
+	MemoryContext oldcontext;
+
 	if (canon_sha256_ctx != NULL)
 		return canon_sha256_ctx;
 	if (owner == NULL)
 		owner = ResourceOwnerCreate(NULL, "idempotency SHA-256");
 	CurrentResourceOwner = owner;
+	/* without OpenSSL, the context is palloc'd in the current context */
+	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
 	PG_TRY();
 	{
 		canon_sha256_ctx = pg_cryptohash_create(PG_SHA256);
 	}
 	PG_FINALLY();
 	{
+		MemoryContextSwitchTo(oldcontext);
 		CurrentResourceOwner = saved;
 	}
 	PG_END_TRY();
