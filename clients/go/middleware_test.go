@@ -254,13 +254,18 @@ func TestMapping(t *testing.T) {
 			}
 		})
 	}
-	t.Run("22023 detail is the extension's message", func(t *testing.T) {
-		reset(t)
-		w := post(strings.Repeat("k", 256), `{}`).do(newClient(t, testPool).Middleware()(&effectHandler{}))
-		if !strings.Contains(w.Body.String(), `argument \"key\" is too long`) {
-			t.Fatalf("%s", w.Body)
-		}
-	})
+	for key, message := range map[string]string{
+		strings.Repeat("k", 256): `argument \"key\" is too long`,
+		"chave-\xc3\xa9":         `argument \"key\" contains a character outside printable ASCII`,
+	} {
+		t.Run("22023 detail is the extension's message: "+message, func(t *testing.T) {
+			reset(t)
+			w := post(key, `{}`).do(newClient(t, testPool).Middleware()(&effectHandler{}))
+			if w.Code != 400 || problemCode(t, w) != CodeInvalidRequest || !strings.Contains(w.Body.String(), message) {
+				t.Fatalf("%d %s", w.Code, w.Body)
+			}
+		})
+	}
 }
 
 // holdKey reserves a key in a transaction left open until the cleanup
