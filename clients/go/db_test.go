@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -142,7 +143,16 @@ func TestVersionCheck(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New(ctx, testPool, WithFingerprint("no-slash")); err == nil {
-		t.Fatal("New accepted a bad JSON Pointer")
+	for name, bad := range map[string]Option{
+		"a JSON Pointer without a slash":      WithFingerprint("no-slash"),
+		"a negative ttl":                      WithTTL(-time.Second),
+		"a ttl under PostgreSQL's resolution": WithTTL(time.Nanosecond),
+		"an empty operation":                  WithOperation(""),
+		"a status that is not HTTP":           WithProblem(CodeRetry, Problem{Status: 99}),
+		"a negative Retry-After":              WithRetryAfter(-1),
+	} {
+		if _, err := New(ctx, testPool, bad); err == nil {
+			t.Errorf("New accepted %s", name)
+		}
 	}
 }

@@ -23,7 +23,10 @@ fi
 unset go_found candidate have
 
 GO_CACHE_ROOT=${IDEM_CLIENT_CACHE:-/var/tmp/idempotency-cache}/go
-mkdir -p "$GO_CACHE_ROOT"
+if ! mkdir -p "$GO_CACHE_ROOT" || ! [ -w "$GO_CACHE_ROOT" ]; then
+	echo "clients/go: cannot write the Go caches' directory $GO_CACHE_ROOT as $(id -un); set IDEM_CLIENT_CACHE to a writable directory" >&2
+	exit 1
+fi
 export GOPATH=$GO_CACHE_ROOT/gopath
 export GOMODCACHE=$GO_CACHE_ROOT/mod
 export GOCACHE=$GO_CACHE_ROOT/build

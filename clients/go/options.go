@@ -114,8 +114,8 @@ func WithFingerprint(pointers ...string) Option {
 // completion; 0, the default, is the server's idempotency.default_ttl.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) {
-		if ttl < 0 {
-			c.errs = append(c.errs, fmt.Errorf("idempotency: the ttl must be positive, not %v", ttl))
+		if ttl < 0 || (ttl > 0 && ttl < time.Microsecond) {
+			c.errs = append(c.errs, fmt.Errorf("idempotency: the ttl must be positive and at least a microsecond (PostgreSQL's resolution), not %v", ttl))
 		}
 		c.ttl = ttl
 	}
