@@ -217,11 +217,11 @@ export class Idempotency<Req = unknown> {
   }
 
   /** The answer for an error: its SQLSTATE's case, else `internal-error` (reported with `onError`). */
-  errorAnswer(error: unknown): Answer {
+  errorAnswer(error: unknown, report = true): Answer {
     if (error instanceof UnsupportedEnvelopeError) return this.problem('unsupported-envelope');
     if (error instanceof FingerprintSubsetError) return this.problem('invalid-request', error.message);
     const code = sqlstateProblem(sqlstate(error));
-    if (code === 'internal-error') this.onError(error);
+    if (code === 'internal-error' && report) this.onError(error);
     return this.problem(code, code === 'invalid-request' ? (error as Error).message : undefined);
   }
 
@@ -390,12 +390,17 @@ export class IdempotencyTransaction {
     return response;
   }
 
-  /** Rolls back after the handler failed; the answer is its error's mapping. */
-  async fail(error: unknown): Promise<Answer> {
+  /**
+   * Rolls back after the handler failed; the answer is its error's mapping.
+   *
+   * @param report - report an error answered 500 with `onError` (default
+   *   true; false where the framework has reported it already).
+   */
+  async fail(error: unknown, report = true): Promise<Answer> {
     if (!this.#done) {
       this.#done = true;
       await rollbackAndRelease(this.client, error);
     }
-    return this.#library.errorAnswer(error);
+    return this.#library.errorAnswer(error, report);
   }
 }

@@ -183,7 +183,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
     captureResponse(res, async (captured) => {
       if (context.error !== undefined) {
         // the error handler's answer goes out; nothing is kept
-        await transaction.fail(context.error);
+        await transaction.fail(context.error, false);
         return captured;
       }
       return transaction.finish(captured, route.retryable);
