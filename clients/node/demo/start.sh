@@ -26,7 +26,7 @@ if [ ! -f "$build/.built" ]; then
 	if [ ! -f "$build/.built" ]; then
 		rm -rf "$build"
 		mkdir -p "$build"
-		tar -C "$pkg" -cf - package.json package-lock.json tsconfig*.json scripts src demo/src test \
+		(cd "$pkg" && tar -cf - package.json package-lock.json tsconfig*.json scripts src demo/src test) \
 			| tar -C "$build" -xf -
 		(cd "$build" && nice -n 10 npm ci --prefer-offline >&2 && nice -n 10 npm run --silent build >&2)
 		touch "$build/.built"
