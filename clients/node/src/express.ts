@@ -196,7 +196,13 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
   middleware.route = (routeOptions) => make(resolveRoute(routeOptions, library.route));
   middleware.errorHandler = () => (error: unknown, req: Request, res: Response, next: NextFunction) => {
     const context = req.idempotency;
-    if (context === undefined || context.transaction.done || res.headersSent) {
+    if (context !== undefined && context.transaction.done) {
+      // thrown after the handler answered: that answer is being committed
+      // and goes out then; the error is only reported
+      library.onError(error);
+      return;
+    }
+    if (context === undefined || res.headersSent) {
       next(error);
       return;
     }

@@ -18,6 +18,7 @@ const scope = (req: Request) => users[(req.headers.authorization ?? '').replace(
 let db: TestDatabase;
 let idem: IdempotencyMiddleware;
 let app: express.Express;
+const reported: unknown[] = [];
 
 const json = (path: string, key: string | string[] | null, body: unknown, user = 'token-a') => {
   let r = supertest(app).post(path).set('Authorization', `Bearer ${user}`);
@@ -29,7 +30,7 @@ const records = (where = 'true') => db.count(`SELECT count(*) FROM idem_keys WHE
 
 before(async () => {
   db = await createDatabase('express');
-  idem = await idempotency({ pool: db.pool, scope, replayHeaders: ['content-type', 'location', 'x-request-id'] });
+  idem = await idempotency({ pool: db.pool, scope, onError: (e) => reported.push(e), replayHeaders: ['content-type', 'location', 'x-request-id'] });
   app = express();
   app.post('/items', idem.route({ operation: 'create-item' }), async (req, res) => {
     const { client } = req.idempotency!;
@@ -241,6 +242,7 @@ describe('the mapping', () => {
     const r = await json('/items', 'boom', { note: 'fail' }).expect(500);
     assert.equal(r.body.code, 'internal-error');
     assert.doesNotMatch(JSON.stringify(r.body), /secret/);
+    assert.ok(reported.some((e) => (e as Error).message === 'secret internal detail'), 'the error is reported to onError');
     assert.equal(await db.count("SELECT count(*) FROM effects WHERE note = 'fail'"), 0);
     assert.equal(await records("key = 'boom'"), 0);
     await json('/items', 'boom', { note: 'fail' }).expect(500);
@@ -285,6 +287,29 @@ describe('the mapping', () => {
 });
 
 describe('the transaction', () => {
+  it('answers a body over bodyLimit with 413 payload-too-large, reserving nothing', async () => {
+    const small = await idempotency({ pool: db.pool, scope, bodyLimit: 8 });
+    const smallApp = express().post('/s', small, (_req, res) => { res.status(201).end(); });
+    const r = await supertest(smallApp).post('/s').set('Authorization', 'Bearer token-a').set('Idempotency-Key', 'big')
+      .set('Content-Type', 'application/json').send('{"a": "0123456789"}').expect(413);
+    assert.equal(r.body.code, 'payload-too-large');
+    assert.equal(await records("key = 'big'"), 0);
+  });
+  it('commits the answer of a handler that throws after answering, and reports the error', async () => {
+    const seen: unknown[] = [];
+    const late = await idempotency({ pool: db.pool, scope, onError: (e) => seen.push(e) });
+    const lateApp = express().post('/late', late, async (req, res) => {
+      await req.idempotency!.client.query("INSERT INTO effects (note) VALUES ('late')");
+      res.status(201).json({ ok: true });
+      throw new Error('after the answer');
+    });
+    lateApp.use(late.errorHandler());
+    await supertest(lateApp).post('/late').set('Authorization', 'Bearer token-a').set('Idempotency-Key', 'late').expect(201);
+    for (let i = 0; i < 20 && (await records("key = 'late' AND status = 'completed'")) === 0; i++) await sleep(50);
+    assert.equal(await records("key = 'late' AND status = 'completed' AND response_status = 201"), 1);
+    assert.equal(await db.count("SELECT count(*) FROM effects WHERE note = 'late'"), 1);
+    assert.equal((seen[0] as Error).message, 'after the answer');
+  });
   it('commits when the client goes away before the answer, so its retry replays', async () => {
     const server = app.listen(0, '127.0.0.1');
     await new Promise((resolve) => server.once('listening', resolve));

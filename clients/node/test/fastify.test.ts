@@ -14,6 +14,7 @@ const scope = (request: FastifyRequest) => users[(request.headers.authorization 
 
 let db: TestDatabase;
 let app: FastifyInstance;
+const reported: unknown[] = [];
 
 const post = (url: string, key: string | string[] | null, body: unknown, user = 'token-a', contentType = 'application/json') => {
   const headers: Record<string, string | string[]> = { authorization: `Bearer ${user}`, 'content-type': contentType };
@@ -27,7 +28,7 @@ before(async () => {
   db = await createDatabase('fastify');
   app = Fastify();
   app.addContentTypeParser('application/octet-stream', { parseAs: 'buffer' }, (_req, body, done) => done(null, body));
-  await app.register(fastifyIdempotency, { pool: db.pool, scope });
+  await app.register(fastifyIdempotency, { pool: db.pool, scope, onError: (e) => reported.push(e) });
   app.post<{ Body: { note?: string } }>('/items', { config: { idempotency: { operation: 'create-item' } } }, async (request, reply) => {
     const { client } = request.idempotency!;
     const note = request.body.note ?? null;
@@ -135,6 +136,7 @@ describe('the Fastify plugin', () => {
     assert.equal(r.statusCode, 500);
     assert.equal(r.json().code, 'internal-error');
     assert.doesNotMatch(r.body, /secret/);
+    assert.ok(reported.some((e) => (e as Error).message === 'secret internal detail'), 'the error is reported to onError');
     assert.equal(await effects('fail'), 0);
     assert.equal(await records("key = 'boom'"), 0);
   });
