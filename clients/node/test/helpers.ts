@@ -40,8 +40,22 @@ export async function createDatabase(label: string, { extension = true, version 
       await pool.end();
       const dropper = new pg.Client({ database: 'postgres' });
       await dropper.connect();
-      await dropper.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await dropper.end();
+      try {
+        // Without FORCE: pool.end() resolves before its backends have
+        // gone, and a backend terminated under a client still ending
+        // would be an unhandled error of that client.
+        for (let attempt = 0; ; attempt++) {
+          try {
+            await dropper.query(`DROP DATABASE IF EXISTS ${name}`);
+            break;
+          } catch (error) {
+            if ((error as { code?: string }).code !== '55006' || attempt >= 100) throw error;
+            await sleep(100);
+          }
+        }
+      } finally {
+        await dropper.end();
+      }
     },
   };
 }
