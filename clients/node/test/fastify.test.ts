@@ -37,6 +37,7 @@ before(async () => {
     if (note === 'conflict') await client.query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$");
     if (note === 'unavailable') return reply.code(503).send({ error: 'try later' });
     if (note === 'declined') return reply.code(402).send({ error: 'declined' });
+    if (note === 'teapot') throw Object.assign(new Error('short and stout'), { statusCode: 418 });
     if (note === 'slow') await sleep(400);
     return reply.code(201).header('location', `/items/${rows[0].id}`).header('x-not-stored', 'x').send({ id: Number(rows[0].id), note });
   });
@@ -156,6 +157,24 @@ describe('the Fastify plugin', () => {
     assert.equal(again.statusCode, 402);
     assert.equal(again.headers['idempotent-replayed'], 'true');
     assert.equal(await effects('declined'), 1);
+  });
+  it('rolls back an error with its own 4xx, which Fastify renders as usual', async () => {
+    const r = await post('/items', 'tea', { note: 'teapot' });
+    assert.equal(r.statusCode, 418);
+    assert.equal(r.json().message, 'short and stout');
+    assert.equal(await effects('teapot'), 0);
+    assert.equal(await records("key = 'tea'"), 0);
+  });
+  it('answers a body over bodyLimit with 413 payload-too-large, reserving nothing', async () => {
+    const small = Fastify();
+    await small.register(fastifyIdempotency, { pool: db.pool, scope, bodyLimit: 8 });
+    small.post('/s', async () => ({ ok: true }));
+    const r = await small.inject({ method: 'POST', url: '/s', headers: { authorization: 'Bearer token-a', 'idempotency-key': 'big', 'content-type': 'application/json' },
+      payload: '{"a": "0123456789"}' });
+    await small.close();
+    assert.equal(r.statusCode, 413);
+    assert.equal(r.json().code, 'payload-too-large');
+    assert.equal(await records("key = 'big'"), 0);
   });
   it('leaves a route with config.idempotency false alone', async () => {
     const r = await post('/untouched', null, {});
