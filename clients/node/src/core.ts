@@ -248,6 +248,7 @@ export class Idempotency<Req = unknown> {
     } catch (error) {
       return this.errorAnswer(error);
     }
+    guard(client);
     let outcome: string;
     let row: { outcome: string; response_status: number | null; response: string | null; body: string | null };
     try {
@@ -265,7 +266,7 @@ export class Idempotency<Req = unknown> {
       await rollbackAndRelease(client, error);
       return this.errorAnswer(error);
     }
-    client.release();
+    release(client);
     switch (outcome) {
       case 'replay':
         try {
@@ -329,13 +330,39 @@ function validateOptions(options: IdempotencyOptions<never>): void {
   }
 }
 
+const guards = new WeakMap<PoolClient, (error: Error) => void>();
+
+/**
+ * Listens for the errors of a borrowed client: node-postgres removes the
+ * pool's listener while a client is out, and a connection lost between two
+ * queries (a terminated backend, a restart) is an 'error' event, which
+ * without a listener ends the process. The next query fails instead.
+ */
+function guard(client: PoolClient): void {
+  const listener = (): void => {
+    // the next query on this client fails with the connection's error
+  };
+  guards.set(client, listener);
+  client.on('error', listener);
+}
+
+/** Gives a borrowed client back (destroying it after an error of its connection). */
+function release(client: PoolClient, error?: Error): void {
+  const listener = guards.get(client);
+  if (listener !== undefined) {
+    client.removeListener('error', listener);
+    guards.delete(client);
+  }
+  client.release(error);
+}
+
 /** ROLLBACK (when the connection still works) and release; a broken connection is destroyed. */
 async function rollbackAndRelease(client: PoolClient, cause: unknown): Promise<void> {
   try {
     await client.query('ROLLBACK');
-    client.release();
+    release(client);
   } catch (error) {
-    client.release(error instanceof Error ? error : new Error(String(cause)));
+    release(client, error instanceof Error ? error : new Error(String(cause)));
   }
 }
 
@@ -386,7 +413,7 @@ export class IdempotencyTransaction {
       await rollbackAndRelease(client, error);
       return this.#library.errorAnswer(error).response;
     }
-    client.release();
+    release(client);
     return response;
   }
 
