@@ -1,0 +1,157 @@
+/**
+ * The request document whose `idem_hash` is the fingerprint (doc/clients.md,
+ * "The fingerprint"): `{"method", "path", "body" | "body_base64"}`.
+ *
+ * @module
+ */
+
+/**
+ * True when a `Content-Type` names JSON: `application/json` or any
+ * `type/subtype+json`, with or without parameters.
+ */
+export function isJsonContentType(contentType: string | undefined | null): boolean {
+  if (!contentType) return false;
+  const media = contentType.split(';', 1)[0]!.trim().toLowerCase();
+  if (media === 'application/json') return true;
+  return /^[!#$%&'*+.^_`|~0-9a-z-]+\/[!#$%&'*+.^_`|~0-9a-z-]+\+json$/.test(media);
+}
+
+/** A parsed RFC 6901 JSON Pointer: its source text and reference tokens. */
+export interface JsonPointer {
+  readonly source: string;
+  readonly tokens: readonly string[];
+}
+
+/**
+ * Parses an RFC 6901 JSON Pointer (`""`, `/a`, `/a~1b/0`).
+ *
+ * @throws TypeError when the text is not a JSON Pointer.
+ */
+export function parseJsonPointer(source: string): JsonPointer {
+  if (typeof source !== 'string') throw new TypeError('a JSON Pointer must be a string');
+  if (source === '') return { source, tokens: [] };
+  if (!source.startsWith('/')) {
+    throw new TypeError(`"${source}" is not a JSON Pointer: it must be empty or begin with "/"`);
+  }
+  const tokens = source.slice(1).split('/').map((token) => {
+    if (/~(?![01])/.test(token)) {
+      throw new TypeError(`"${source}" is not a JSON Pointer: "~" must be followed by "0" or "1"`);
+    }
+    return token.replace(/~1/g, '/').replace(/~0/g, '~');
+  });
+  return { source, tokens };
+}
+
+/** The value a pointer finds in a document, or `undefined` where it finds none. */
+export function evaluateJsonPointer(document: unknown, pointer: JsonPointer): unknown {
+  let value: unknown = document;
+  for (const token of pointer.tokens) {
+    if (Array.isArray(value)) {
+      if (!/^(0|[1-9][0-9]*)$/.test(token)) return undefined;
+      const index = Number(token);
+      if (index >= value.length) return undefined;
+      value = value[index];
+    } else if (value !== null && typeof value === 'object') {
+      if (!Object.prototype.hasOwnProperty.call(value, token)) return undefined;
+      value = (value as Record<string, unknown>)[token];
+    } else {
+      return undefined;
+    }
+  }
+  return value;
+}
+
+/** The parts of a request that make its fingerprint. */
+export interface FingerprintRequest {
+  /** The HTTP method (any case). */
+  method: string;
+  /** The path as sent, with or without the query string (which is dropped). */
+  path: string;
+  /** The request's `Content-Type`. */
+  contentType?: string | undefined | null;
+  /** The body's bytes; `undefined` or empty for no body. */
+  rawBody?: Uint8Array | undefined;
+  /**
+   * The body already parsed as JSON by a body parser that ran before, when
+   * its bytes are gone (Express's `express.json()`); only read when
+   * `rawBody` is not given.
+   */
+  parsedBody?: { value: unknown } | undefined;
+}
+
+/** A fingerprint subset on a request without a JSON body. */
+export class FingerprintSubsetError extends Error {
+  constructor() {
+    super('The fingerprint of this route is a subset of a JSON body, and the request has no JSON body.');
+    this.name = 'FingerprintSubsetError';
+  }
+}
+
+/** The body of a request as the fingerprint sees it. */
+export interface RequestBody {
+  /** `json`: `text` is the JSON text and `value` its parsed value. */
+  kind: 'json' | 'bytes' | 'empty';
+  text?: string;
+  value?: unknown;
+  bytes?: Buffer;
+}
+
+/** Classifies a request's body: JSON (it parses), other bytes, or empty. */
+export function requestBody(request: FingerprintRequest): RequestBody {
+  const json = isJsonContentType(request.contentType);
+  if (request.rawBody === undefined && request.parsedBody !== undefined) {
+    const value = request.parsedBody.value;
+    if (typeof value === 'string' || value instanceof Uint8Array) {
+      // a text or raw parser kept the bytes
+      return requestBody({ ...request, rawBody: Buffer.from(value), parsedBody: undefined });
+    }
+    if (json && value !== undefined) {
+      return { kind: 'json', text: JSON.stringify(value), value };
+    }
+    return { kind: 'empty' };
+  }
+  const bytes = request.rawBody ? Buffer.from(request.rawBody.buffer, request.rawBody.byteOffset, request.rawBody.byteLength) : Buffer.alloc(0);
+  if (bytes.length === 0) return { kind: 'empty' };
+  if (json) {
+    const text = bytes.toString('utf8');
+    try {
+      // Parsed to check it is JSON; the document sends the text itself, so
+      // that the server reads every number exactly as the client wrote it.
+      const value: unknown = JSON.parse(text);
+      return { kind: 'json', text, value };
+    } catch {
+      // not JSON after all: hashed as bytes
+    }
+  }
+  return { kind: 'bytes', bytes };
+}
+
+/**
+ * The request document sent as `idem_reserve`'s `request`, as JSON text.
+ *
+ * @param subset - JSON Pointers naming the body members that make two
+ *   requests the same; `undefined` for the whole body.
+ * @throws FingerprintSubsetError for a subset on a request without a JSON body.
+ */
+export function requestDocument(
+  request: FingerprintRequest,
+  subset?: readonly JsonPointer[],
+  body: RequestBody = requestBody(request),
+): string {
+  const path = request.path.split('?', 1)[0]!;
+  let doc = `{"method":${JSON.stringify(request.method.toUpperCase())},"path":${JSON.stringify(path)}`;
+  if (subset !== undefined) {
+    if (body.kind !== 'json') throw new FingerprintSubsetError();
+    const members: Record<string, unknown> = {};
+    for (const pointer of subset) {
+      const found = evaluateJsonPointer(body.value, pointer);
+      members[pointer.source] = found === undefined ? null : found;
+    }
+    doc += `,"body":${JSON.stringify(members)}`;
+  } else if (body.kind === 'json') {
+    doc += `,"body":${body.text!}`;
+  } else if (body.kind === 'bytes') {
+    doc += `,"body_base64":${JSON.stringify(body.bytes!.toString('base64'))}`;
+  }
+  return `${doc}}`;
+}

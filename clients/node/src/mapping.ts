@@ -1,0 +1,157 @@
+/**
+ * The mapping of outcomes and errors to HTTP answers (doc/clients.md, "The
+ * mapping, as data"), and the `application/problem+json` bodies.
+ *
+ * @module
+ */
+
+/** The problem codes the library answers with. */
+export type ProblemCode =
+  | 'missing-key'
+  | 'invalid-key'
+  | 'unauthenticated'
+  | 'invalid-request'
+  | 'in-progress'
+  | 'stuck'
+  | 'mismatch'
+  | 'read-only'
+  | 'retry'
+  | 'unsupported-envelope'
+  | 'payload-too-large'
+  | 'internal-error';
+
+/** How one case is answered. */
+export interface MappingEntry {
+  /** The HTTP status. */
+  status: number;
+  /** The problem's `title`. */
+  title: string;
+  /** The problem's `detail` (for `invalid-request`, the extension's message replaces it). */
+  detail: string;
+  /**
+   * `Retry-After`: `true` for the `retryAfter` setting, a number of seconds
+   * of its own, `false` for none.
+   */
+  retryAfter: boolean | number;
+}
+
+/** The whole mapping, one entry per problem code. */
+export type Mapping = Record<ProblemCode, MappingEntry>;
+
+/** Changes to the mapping: per code, the members to replace. */
+export type MappingOverrides = Partial<Record<ProblemCode, Partial<MappingEntry>>>;
+
+/** The table of doc/clients.md. */
+export const DEFAULT_MAPPING: Readonly<Mapping> = Object.freeze({
+  'missing-key': {
+    status: 400, title: 'Idempotency-Key missing', retryAfter: false,
+    detail: 'This request needs an Idempotency-Key header.',
+  },
+  'invalid-key': {
+    status: 400, title: 'Idempotency-Key malformed', retryAfter: false,
+    detail: 'The Idempotency-Key header must be one sf-string, such as "8e03978e-40d5-43e8-bc93-6894a57f9324".',
+  },
+  unauthenticated: {
+    status: 401, title: 'Unauthenticated', retryAfter: false,
+    detail: 'The request has no authenticated principal.',
+  },
+  'invalid-request': {
+    status: 400, title: 'Invalid request', retryAfter: false,
+    detail: 'The request was refused by the database.',
+  },
+  'in-progress': {
+    status: 409, title: 'Request in progress', retryAfter: true,
+    detail: 'A request with this Idempotency-Key is still being processed.',
+  },
+  stuck: {
+    status: 409, title: 'Request outcome unknown', retryAfter: true,
+    detail: 'The outcome of the request with this Idempotency-Key is being checked.',
+  },
+  mismatch: {
+    status: 422, title: 'Idempotency-Key reused', retryAfter: false,
+    detail: 'This Idempotency-Key was already used with another request.',
+  },
+  'read-only': {
+    status: 503, title: 'Database read-only', retryAfter: true,
+    detail: 'The database is read-only; retry later.',
+  },
+  retry: {
+    status: 503, title: 'Transaction conflict', retryAfter: true,
+    detail: 'The transaction conflicted with another one; retry the request.',
+  },
+  'unsupported-envelope': {
+    status: 500, title: 'Stored response unreadable', retryAfter: false,
+    detail: 'The stored response was written by a later version of the library.',
+  },
+  'payload-too-large': {
+    status: 413, title: 'Request body too large', retryAfter: false,
+    detail: 'The request body is larger than this route accepts.',
+  },
+  'internal-error': {
+    status: 500, title: 'Internal error', retryAfter: false,
+    detail: 'The request failed and was rolled back.',
+  },
+} satisfies Mapping);
+
+/** The mapping with the user's overrides applied. */
+export function resolveMapping(overrides: MappingOverrides | undefined): Mapping {
+  const mapping = {} as Mapping;
+  for (const code of Object.keys(DEFAULT_MAPPING) as ProblemCode[]) {
+    mapping[code] = { ...DEFAULT_MAPPING[code], ...(overrides?.[code] ?? {}) };
+  }
+  for (const code of Object.keys(overrides ?? {})) {
+    if (!(code in DEFAULT_MAPPING)) throw new TypeError(`unknown problem code "${code}" in the mapping`);
+  }
+  return mapping;
+}
+
+/** The base of every problem's `type`: doc/clients.md, anchored by code. */
+export const PROBLEM_TYPE_BASE = 'https://github.com/pg-idempotency/idempotency/blob/main/doc/clients.md#';
+
+/** An RFC 9457 problem document. */
+export interface ProblemDocument {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: string;
+}
+
+/**
+ * The answer for a problem code, as a response: `application/problem+json`
+ * with `Retry-After` where the mapping has it.
+ */
+export function problemResponse(
+  mapping: Mapping,
+  code: ProblemCode,
+  retryAfter: number,
+  detail?: string,
+): { status: number; headers: Record<string, string>; body: Buffer } {
+  const entry = mapping[code];
+  const document: ProblemDocument = {
+    type: PROBLEM_TYPE_BASE + code,
+    title: entry.title,
+    status: entry.status,
+    detail: detail ?? entry.detail,
+    code,
+  };
+  const headers: Record<string, string> = { 'content-type': 'application/problem+json' };
+  if (entry.retryAfter !== false) {
+    headers['retry-after'] = String(entry.retryAfter === true ? retryAfter : entry.retryAfter);
+  }
+  return { status: entry.status, headers, body: Buffer.from(JSON.stringify(document)) };
+}
+
+/** The problem code of a database error's SQLSTATE, or `internal-error`. */
+export function sqlstateProblem(sqlstate: string | undefined): ProblemCode {
+  switch (sqlstate) {
+    case '22023': return 'invalid-request';
+    case 'ID003': return 'in-progress';
+    case 'ID004': return 'mismatch';
+    case 'ID005': return 'stuck';
+    case '25006': return 'read-only';
+    case '40001':
+    case '40P01': return 'retry';
+    default: return 'internal-error';
+  }
+}

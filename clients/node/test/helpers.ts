@@ -1,0 +1,68 @@
+// Test databases on the server of libpq's environment (PGHOST, PGPORT,
+// PGUSER a superuser): each test file creates its own database with the
+// extension and drops it at the end.
+
+import pg from 'pg';
+
+export interface TestDatabase {
+  name: string;
+  /** A pool on the database, as the application's. */
+  pool: pg.Pool;
+  /** One count from SQL. */
+  count(sql: string, params?: unknown[]): Promise<number>;
+  drop(): Promise<void>;
+}
+
+/** Creates a database (with the extension unless `extension` is false) and its effects table. */
+export async function createDatabase(label: string, { extension = true, version }: { extension?: boolean; version?: string } = {}): Promise<TestDatabase> {
+  const name = `idem_node_${label}_${process.pid}`;
+  const admin = new pg.Client({ database: 'postgres' });
+  await admin.connect();
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS ${name}`);
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const pool = new pg.Pool({ database: name, max: 8 });
+  if (extension) {
+    await pool.query(version ? `CREATE EXTENSION idempotency VERSION '${version}'` : 'CREATE EXTENSION idempotency');
+  }
+  await pool.query('CREATE TABLE effects (id bigserial PRIMARY KEY, note text)');
+  return {
+    name,
+    pool,
+    async count(sql, params = []) {
+      const { rows } = await pool.query(sql, params);
+      return Number(Object.values(rows[0] as object)[0]);
+    },
+    async drop() {
+      await pool.end();
+      const dropper = new pg.Client({ database: 'postgres' });
+      await dropper.connect();
+      try {
+        // Without FORCE: pool.end() resolves before its backends have
+        // gone, and a backend terminated under a client still ending
+        // would be an unhandled error of that client.
+        for (let attempt = 0; ; attempt++) {
+          try {
+            await dropper.query(`DROP DATABASE IF EXISTS ${name}`);
+            break;
+          } catch (error) {
+            if ((error as { code?: string }).code !== '55006' || attempt >= 100) throw error;
+            await sleep(100);
+          }
+        }
+      } finally {
+        await dropper.end();
+      }
+    },
+  };
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Commits a processing reservation of (operation, key, scope), as a request in flight would hold. */
+export async function holdReservation(pool: pg.Pool, operation: string, key: string, scope: string, request: string | null = null): Promise<void> {
+  await pool.query('SELECT idem_reserve($1, $2, $3::jsonb, scope => $4)', [operation, key, request, scope]);
+}

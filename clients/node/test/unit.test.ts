@@ -1,0 +1,142 @@
+// The parts that need no database: the key parser, JSON Pointers, the
+// request document, the envelope and the mapping.
+
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import {
+  decodeEnvelope, DEFAULT_MAPPING, encodeEnvelope, headerFields, parseIdempotencyKey, parseJsonPointer,
+  problemResponse, requestDocument, resolveMapping, UnsupportedEnvelopeError, evaluateJsonPointer, compareVersions,
+} from '../src/index.js';
+
+describe('parseIdempotencyKey', () => {
+  const key = (...fields: string[]) => parseIdempotencyKey(fields);
+  it('takes the quoted sf-string and the bare form as one key', () => {
+    assert.deepEqual(key('"abc"'), { kind: 'key', key: 'abc' });
+    assert.deepEqual(key('abc'), { kind: 'key', key: 'abc' });
+    assert.deepEqual(key(' \t"abc"  '), { kind: 'key', key: 'abc' });
+    assert.deepEqual(key('  abc\t'), { kind: 'key', key: 'abc' });
+  });
+  it('unescapes \\" and \\\\', () => {
+    assert.deepEqual(key('"a\\"b\\\\c"'), { kind: 'key', key: 'a"b\\c' });
+    assert.deepEqual(key('"a b"'), { kind: 'key', key: 'a b' });
+  });
+  it('is missing without a field', () => assert.deepEqual(key(), { kind: 'missing' }));
+  for (const [label, fields] of [
+    ['two fields', ['a', 'b']],
+    ['a list of sf-strings', ['"a", "b"']],
+    ['a bare list', ['a, b']],
+    ['an unclosed string', ['"abc']],
+    ['an escape other than \\" and \\\\', ['"a\\nb"']],
+    ['a trailing backslash', ['"abc\\']],
+    ['sf-string parameters', ['"a";p=1']],
+    ['text after the closing quote', ['"a" b']],
+    ['a control character', ['"a\u0001b"']],
+    ['a character over 0x7E', ['"caf\u00e9"']],
+    ['an empty sf-string', ['""']],
+    ['an empty bare value', ['  ']],
+    ['a quote inside a bare value', ['a"b']],
+  ] as [string, string[]][]) {
+    it(`refuses ${label}`, () => assert.equal(key(...fields).kind, 'invalid'));
+  }
+  it('finds every field in rawHeaders, whatever its case', () => {
+    assert.deepEqual(headerFields(['Idempotency-Key', 'a', 'Host', 'x', 'idempotency-key', 'b'], 'idempotency-key'), ['a', 'b']);
+  });
+});
+
+describe('JSON Pointers', () => {
+  const doc = { a: { 'b/c': [10, { '~d': 2 }] }, '': 5 };
+  it('evaluates RFC 6901 pointers', () => {
+    assert.deepEqual(evaluateJsonPointer(doc, parseJsonPointer('')), doc);
+    assert.equal(evaluateJsonPointer(doc, parseJsonPointer('/a/b~1c/0')), 10);
+    assert.equal(evaluateJsonPointer(doc, parseJsonPointer('/a/b~1c/1/~0d')), 2);
+    assert.equal(evaluateJsonPointer(doc, parseJsonPointer('/')), 5);
+    assert.equal(evaluateJsonPointer(doc, parseJsonPointer('/a/b~1c/01')), undefined);
+    assert.equal(evaluateJsonPointer(doc, parseJsonPointer('/a/b~1c/-')), undefined);
+    assert.equal(evaluateJsonPointer(doc, parseJsonPointer('/x/y')), undefined);
+  });
+  it('refuses text that is not a pointer', () => {
+    assert.throws(() => parseJsonPointer('a'), TypeError);
+    assert.throws(() => parseJsonPointer('/a~2'), TypeError);
+  });
+});
+
+describe('requestDocument', () => {
+  const json = Buffer.from('{"order_id": "o-1", "amount": 100.0, "n": 12345678901234567890}');
+  it('sends a JSON body as its own text, without the query string, the method upper case', () => {
+    assert.equal(requestDocument({ method: 'post', path: '/payments?x=1', contentType: 'application/json; charset=utf-8', rawBody: json }),
+      `{"method":"POST","path":"/payments","body":${json.toString()}}`);
+  });
+  it('treats */*+json as JSON', () => {
+    assert.match(requestDocument({ method: 'POST', path: '/p', contentType: 'application/merge-patch+json', rawBody: Buffer.from('[1]') }), /"body":\[1\]/);
+  });
+  it('hashes other bodies, and JSON that does not parse, as padded base64', () => {
+    assert.equal(requestDocument({ method: 'POST', path: '/p', contentType: 'text/plain', rawBody: Buffer.from('ab') }),
+      '{"method":"POST","path":"/p","body_base64":"YWI="}');
+    assert.match(requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', rawBody: Buffer.from('{x') }), /"body_base64":"e3g="/);
+  });
+  it('has neither key for an empty body', () => {
+    assert.equal(requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', rawBody: Buffer.alloc(0) }), '{"method":"POST","path":"/p"}');
+  });
+  it('maps each pointer of a subset to what it finds, null where nothing', () => {
+    const doc = JSON.parse(requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', rawBody: json },
+      [parseJsonPointer('/order_id'), parseJsonPointer('/missing')]));
+    assert.deepEqual(doc.body, { '/order_id': 'o-1', '/missing': null });
+  });
+  it('refuses a subset on a body that is not JSON', () => {
+    assert.throws(() => requestDocument({ method: 'POST', path: '/p', contentType: 'text/plain', rawBody: Buffer.from('x') }, [parseJsonPointer('/a')]),
+      { name: 'FingerprintSubsetError' });
+  });
+});
+
+describe('the envelope', () => {
+  const allow = new Set(['content-type', 'location']);
+  it('stores allow-listed headers, lower-cased, and a JSON body as JSON', () => {
+    const text = encodeEnvelope({ 'Content-Type': 'application/json', Location: '/p/1', 'X-Other': 'no', 'Set-Cookie': ['a', 'b'] },
+      Buffer.from('{"id":1}'), allow);
+    assert.deepEqual(JSON.parse(text), { v: 1, headers: { 'content-type': 'application/json', location: '/p/1' }, body: { id: 1 } });
+  });
+  it('joins several values with ", "', () => {
+    assert.deepEqual(JSON.parse(encodeEnvelope({ vary: ['a', 'b'] }, Buffer.alloc(0), new Set(['vary']))).headers, { vary: 'a, b' });
+  });
+  it('stores other bodies as base64, and no body for an empty one', () => {
+    assert.deepEqual(JSON.parse(encodeEnvelope({ 'content-type': 'image/png' }, Buffer.from([0, 255]), allow)),
+      { v: 1, headers: { 'content-type': 'image/png' }, body_base64: 'AP8=' });
+    assert.deepEqual(JSON.parse(encodeEnvelope({}, Buffer.alloc(0), allow)), { v: 1, headers: {} });
+  });
+  it('reads what it writes', () => {
+    const r = decodeEnvelope(201, '{"v": 1, "headers": {"location": "/p/1"}, "body_base64": "AP8="}', null);
+    assert.deepEqual(r, { status: 201, headers: { location: '/p/1' }, body: Buffer.from([0, 255]) });
+    assert.equal(decodeEnvelope(200, '{"v": 1, "body": {"a": 1}}', '{"a": 1}').body.toString(), '{"a": 1}');
+  });
+  it('replays a response without "v" as a JSON body', () => {
+    assert.deepEqual(decodeEnvelope(200, '{"a": 1}', null), { status: 200, headers: { 'content-type': 'application/json' }, body: Buffer.from('{"a": 1}') });
+  });
+  it('refuses a later version', () => {
+    assert.throws(() => decodeEnvelope(200, '{"v": 2}', null), UnsupportedEnvelopeError);
+  });
+});
+
+describe('the mapping', () => {
+  it('is the table of doc/clients.md', () => {
+    const rows = Object.fromEntries(Object.entries(DEFAULT_MAPPING).map(([code, e]) => [code, [e.status, e.retryAfter]]));
+    assert.deepEqual(rows, {
+      'missing-key': [400, false], 'invalid-key': [400, false], unauthenticated: [401, false], 'invalid-request': [400, false],
+      'in-progress': [409, true], stuck: [409, true], mismatch: [422, false], 'read-only': [503, true], retry: [503, true],
+      'unsupported-envelope': [500, false], 'payload-too-large': [413, false], 'internal-error': [500, false],
+    });
+  });
+  it('answers problem+json with Retry-After, which the user can change', () => {
+    const mapping = resolveMapping({ 'in-progress': { status: 429, retryAfter: 7 } });
+    const r = problemResponse(mapping, 'in-progress', 1);
+    assert.equal(r.status, 429);
+    assert.deepEqual(r.headers, { 'content-type': 'application/problem+json', 'retry-after': '7' });
+    assert.equal(JSON.parse(r.body.toString()).type, 'https://github.com/pg-idempotency/idempotency/blob/main/doc/clients.md#in-progress');
+    assert.equal(problemResponse(resolveMapping(undefined), 'stuck', 3).headers['retry-after'], '3');
+    assert.throws(() => resolveMapping({ nope: {} } as never), TypeError);
+  });
+  it('compares versions as numbers', () => {
+    assert.ok(compareVersions('0.10.0', '0.9.9') > 0);
+    assert.equal(compareVersions('0.2', '0.2.0'), 0);
+    assert.ok(compareVersions('0.1.0', '0.2.0') < 0);
+  });
+});
