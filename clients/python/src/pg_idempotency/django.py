@@ -33,6 +33,7 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from django.conf import settings as django_settings
+from django.core.signals import setting_changed
 from django.core.exceptions import BadRequest, ImproperlyConfigured, PermissionDenied, SuspiciousOperation
 from django.db import DatabaseError, connections, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
@@ -76,6 +77,17 @@ _KEYS = {
     "METHODS": "methods",
 }
 _checked: set[str] = set()
+_generation = [0]
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    """Settings changed (override_settings): decorated views read IDEMPOTENCY again."""
+    if setting in ("IDEMPOTENCY", "DATABASES"):
+        _generation[0] += 1
+        _checked.clear()
+
+
+setting_changed.connect(_on_setting_changed)
 
 
 def load_settings(**overrides: Any) -> tuple[IdempotencySettings, str, bool]:
@@ -209,13 +221,15 @@ def idempotent(view: V | None = None, **overrides: Any) -> Any:
     """
 
     def decorate(func: V) -> V:
-        loaded: list[tuple[IdempotencySettings, str, bool]] = []
+        loaded: dict[int, tuple[IdempotencySettings, str, bool]] = {}
 
         @functools.wraps(func)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-            if not loaded:
-                loaded.append(load_settings(**overrides))
-            settings, alias, check = loaded[0]
+            generation = _generation[0]
+            if generation not in loaded:
+                loaded.clear()
+                loaded[generation] = load_settings(**overrides)
+            settings, alias, check = loaded[generation]
             return _run(request, lambda: func(request, *args, **kwargs), settings, alias, check)
 
         setattr(wrapper, _MARK, dict(overrides))
