@@ -205,16 +205,18 @@ def build_app(pool: AsyncConnectionPool[Any], bench: bool = False, on_ready: Any
             if key is None:
                 return problem(400, "invalid-key", "Invalid Idempotency-Key", "A valid Idempotency-Key is needed.")
             body = await request.body()
-            document = '{"method": "POST", "path": "/bench/by-hand", "body": ' + (body.decode() or "null") + "}"
+            document = '{"method": "POST", "path": "/bench/by-hand"' + (', "body": ' + body.decode() if body else "") + "}"
             async with pool.connection() as conn, conn.transaction():
                 cur = await conn.execute(
                     "SELECT outcome, response_status, response FROM idem_reserve(%s, %s, %s::jsonb, scope => %s)",
                     ("POST /bench/by-hand", key, document, account),
                 )
-                outcome, status, stored = await cur.fetchone() or (None, None, None)
+                reserved = await cur.fetchone()
+                assert reserved is not None
+                outcome, status, stored = reserved
                 if outcome == "replay":
-                    return JSONResponse(stored.get("body") if isinstance(stored, dict) else stored, status_code=status,
-                                        headers={"Idempotent-Replayed": "true"})
+                    return JSONResponse(stored.get("body") if isinstance(stored, dict) else stored,
+                                        status_code=status, headers={"Idempotent-Replayed": "true"})
                 if outcome != "new":
                     return problem(409 if outcome != "mismatch" else 422, str(outcome), "Conflict", "Retry later.")
                 cur = await conn.execute("INSERT INTO bench_effects (k) VALUES (%s) RETURNING id", (key,))

@@ -31,7 +31,7 @@ idem_py_python() {
 
 # idem_py_venv: the environment's path (its progress on stderr).
 idem_py_venv() {
-	local cache py tag venv tmp
+	local cache py tag venv
 	cache="$(idem_py_cache)"
 	py="$(idem_py_python)"
 	tag="$({ cat "$idem_py_root/requirements.txt"; "$py" -c 'import sys; print(sys.version)'; } | sha256sum | cut -c1-16)"
@@ -43,16 +43,15 @@ idem_py_venv() {
 	exec 9>"$cache/.lock-$tag-$(id -u)"
 	flock 9
 	if [ ! -f "$venv/.complete" ]; then
+		# created in place (a moved environment's scripts name the old path);
+		# .complete marks it whole, so a run that died halfway is redone
 		echo "pg-idempotency: creating $venv" >&2
-		tmp="$(mktemp -d "$cache/.venv-XXXXXX")"
-		rm -rf "$tmp"
-		"$py" -m venv "$tmp" >&2
-		PIP_CACHE_DIR="$cache/pip" nice -n 10 "$tmp/bin/python" -m pip install --disable-pip-version-check \
-			--no-input -q -r "$idem_py_root/requirements.txt" >&2
-		touch "$tmp/.complete"
 		rm -rf "$venv"
-		mv -T "$tmp" "$venv"
+		"$py" -m venv "$venv" >&2
+		PIP_CACHE_DIR="$cache/pip" nice -n 10 "$venv/bin/python" -m pip install --disable-pip-version-check \
+			--no-input -q -r "$idem_py_root/requirements.txt" >&2
 		chmod -R a+rX "$venv"
+		touch "$venv/.complete"
 	fi
 	exec 9>&-
 	printf '%s\n' "$venv"

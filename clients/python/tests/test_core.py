@@ -151,18 +151,25 @@ def test_async_runner(db: Db) -> None:
         async with AsyncConnectionPool(conninfo(DB), min_size=1, max_size=2, open=False) as pool:
             idem = AsyncIdempotency(pool, SETTINGS)
 
+            inserted = asyncio.Event()
+
             async def handler(conn: psycopg.AsyncConnection[Any]) -> ResponseData:
                 await conn.execute("INSERT INTO effects (k) VALUES ('x')")
+                inserted.set()
                 await asyncio.sleep(0.3)
                 return ResponseData(201, [("content-type", "application/json")], b'{"ok": true}')
 
             # a caller cancelled during the handler: the transaction still commits
             task = asyncio.ensure_future(idem.run(_request(), handler))
-            await asyncio.sleep(0.1)
+            await asyncio.wait_for(inserted.wait(), 30)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await asyncio.sleep(0.6)
+            assert db.records("completed") == 0
+            for _ in range(300):
+                if db.records("completed"):
+                    break
+                await asyncio.sleep(0.05)
             replay = await idem.run(_request(), handler)
             assert replay.header("idempotent-replayed") == "true"
             assert replay.body == b'{"ok": true}'

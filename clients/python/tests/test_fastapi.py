@@ -196,10 +196,13 @@ def test_commit_survives_the_client_going_away(db: Db) -> None:
             }
             # the handler's extra SQL (SQLSTATE 00000 raises nothing) is replaced by a slow one
             task = asyncio.ensure_future(app(scope, receive, send))
-            for _ in range(200):
+            for _ in range(1000):
                 if db.value("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%%'"):
                     break
                 await asyncio.sleep(0.02)
+            else:
+                raise AssertionError("the handler's SQL never ran")
+            assert not task.done()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -215,7 +218,7 @@ def test_commit_survives_the_client_going_away(db: Db) -> None:
     original = behaviour.handler_sql
 
     def slow(headers: Callable[[str], str | None]) -> tuple[str | None, str | None]:
-        return "SELECT pg_sleep(0.5)", headers("idempotency-key")
+        return "SELECT pg_sleep(1)", headers("idempotency-key")
 
     globals()["handler_sql"] = slow
     try:
