@@ -25,9 +25,10 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psycopg
@@ -234,6 +235,26 @@ def build_app(pool: AsyncConnectionPool[Any], bench: bool = False, on_ready: Any
     return app
 
 
+class DemoServer(uvicorn.Server):
+    """uvicorn's server, stopping gracefully on SIGTERM or SIGINT and then exiting 0.
+
+    (uvicorn itself raises the signal again after its shutdown, so the
+    process would end with the signal's status.)
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        def stop(signum: int, frame: object) -> None:
+            self.should_exit = True
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="pg-idempotency demo: the payment API on FastAPI")
     ap.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (0: any free port)")
@@ -275,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
     app = build_app(pool, bench=args.bench, on_ready=ready)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                             timeout_graceful_shutdown=10)
-    server = uvicorn.Server(config)
+    server = DemoServer(config)
     server.run(sockets=[sock])
     sys.stderr.write("demo: stopped\n")
 
