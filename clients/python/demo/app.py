@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse, Response
 from psycopg_pool import AsyncConnectionPool
 
 from pg_idempotency import IdempotencySettings, parse_key
-from pg_idempotency.fastapi import IdempotencyConnection, StarletteIdempotency, idempotent
+from pg_idempotency.fastapi import FastAPIIdempotency, IdempotencyConnection, idempotent
 
 OPERATION = "create-payment"
 DECLINE_ABOVE = 1_000_000
@@ -108,7 +108,7 @@ def latency_of(request: Request) -> float | None:
 
 def build_app(pool: AsyncConnectionPool[Any], bench: bool = False, on_ready: Any = None) -> FastAPI:
     """The demo application on ``pool`` (opened and closed by its lifespan)."""
-    idem = StarletteIdempotency(pool, IdempotencySettings(scope=account_of))
+    idem = FastAPIIdempotency(pool, IdempotencySettings(scope=account_of))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -162,3 +162,10 @@ class TestDjango(Behaviour):
         client = make_client(ttl=3600)
         self.post(client)
         assert db.value("SELECT ttl = interval '1 hour' FROM idem_keys") is True
+
+    def test_async_view_is_refused(self) -> None:
+        async def view(request: HttpRequest) -> HttpResponse:
+            return HttpResponse()
+
+        with pytest.raises(TypeError, match="sync views"):
+            idempotent(operation="x")(view)

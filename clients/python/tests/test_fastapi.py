@@ -13,15 +13,22 @@ import pytest
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import Response
 from fastapi.testclient import TestClient
+from pydantic import BaseModel
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.routing import Route
 
 from pg_idempotency import IdempotencySettings
-from pg_idempotency.fastapi import IdempotencyConnection, StarletteIdempotency, idempotency_exempt, idempotent
+from pg_idempotency.fastapi import FastAPIIdempotency, IdempotencyConnection, idempotency_exempt, idempotent
+from pg_idempotency.starlette import StarletteIdempotency
 
 from behaviour import Answer, Behaviour, Post, handler_answer, handler_sql, principal
 from conftest import DB, Db, conninfo
+
+
+class Item(BaseModel):
+    order_id: str
+    amount: int
 
 
 def scope(request: Request) -> str | None:
@@ -42,12 +49,12 @@ async def effect(request: Request, conn: psycopg.AsyncConnection[Any]) -> Respon
     return response
 
 
-def build(dbname: str = DB, read_only: bool = False, **settings: Any) -> tuple[FastAPI, StarletteIdempotency]:
+def build(dbname: str = DB, read_only: bool = False, **settings: Any) -> tuple[FastAPI, FastAPIIdempotency]:
     kwargs: dict[str, Any] = {"autocommit": True}
     if read_only:
         kwargs["options"] = "-c default_transaction_read_only=on"
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(conninfo(dbname), min_size=1, max_size=4, kwargs=kwargs, open=False)
-    idem = StarletteIdempotency(pool, IdempotencySettings(scope=scope, **settings))
+    idem = FastAPIIdempotency(pool, IdempotencySettings(scope=scope, **settings))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -88,6 +95,11 @@ def build(dbname: str = DB, read_only: bool = False, **settings: Any) -> tuple[F
     @router.post("/exempt")
     @idempotency_exempt
     async def exempt(request: Request, conn: IdempotencyConnection) -> Response:
+        return await effect(request, conn)
+
+    @router.post("/model")
+    @idempotent(operation="model")
+    async def model(item: Item, request: Request, conn: IdempotencyConnection) -> Response:
         return await effect(request, conn)
 
     @router.get("/count")
@@ -131,10 +143,21 @@ class TestFastAPI(Behaviour):
             assert client.get("/count").json() == {"count": 1}
         assert db.records() == 0
 
+    def test_validation_error_rolls_back_and_reaches_fastapi(self, db: Db) -> None:
+        app, _ = build()
+        with TestClient(app) as client:
+            h = {"Authorization": "Bearer user-a", "Idempotency-Key": "m"}
+            assert client.post("/model", json={"order_id": "o"}, headers=h).status_code == 422
+            assert db.records() == 0
+            assert client.post("/model", json={"order_id": "o", "amount": 1}, headers=h).status_code == 201
+            again = client.post("/model", json={"order_id": "o", "amount": 1}, headers=h)
+            assert again.headers["idempotent-replayed"] == "true"
+        assert db.effects() == 1
+
     def test_no_scope_function_is_an_error_at_start_up(self) -> None:
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(conninfo(DB), open=False)
         with pytest.raises(ValueError, match="scope"):
-            StarletteIdempotency(pool, IdempotencySettings())
+            FastAPIIdempotency(pool, IdempotencySettings())
 
     def test_starlette_endpoint(self, db: Db) -> None:
         pool: AsyncConnectionPool[Any] = AsyncConnectionPool(conninfo(DB), kwargs={"autocommit": True}, open=False)

@@ -5,8 +5,8 @@ the library reserves the key, runs the handler and completes the key in one
 database transaction, on one connection.
 
 Core (psycopg 3): :class:`Idempotency` and :class:`AsyncIdempotency`.
-Integrations: :mod:`pg_idempotency.django`, :mod:`pg_idempotency.fastapi`
-(FastAPI and Starlette), :mod:`pg_idempotency.flask`.
+Integrations: :mod:`pg_idempotency.django`, :mod:`pg_idempotency.fastapi`,
+:mod:`pg_idempotency.starlette`, :mod:`pg_idempotency.flask`.
 """
 
 from ._version import __version__

@@ -28,6 +28,7 @@ Keys of ``IDEMPOTENCY``: ``SCOPE`` (required), ``OPERATION``,
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar, cast
@@ -221,6 +222,8 @@ def idempotent(view: V | None = None, **overrides: Any) -> Any:
     """
 
     def decorate(func: V) -> V:
+        if inspect.iscoroutinefunction(func):
+            raise TypeError(f"pg_idempotency.django.idempotent supports sync views; {func.__qualname__} is async")
         loaded: dict[int, tuple[IdempotencySettings, str, bool]] = {}
 
         @functools.wraps(func)
@@ -270,4 +273,9 @@ class IdempotencyMiddleware:
         """Run the view idempotently unless it is decorated (or exempt) or its method is not idempotent."""
         if hasattr(view_func, _MARK) or (request.method or "").upper() not in self.settings.methods:
             return None
+        if inspect.iscoroutinefunction(view_func):
+            raise ImproperlyConfigured(
+                f"pg_idempotency's middleware supports sync views; mark the async view "
+                f"{getattr(view_func, '__qualname__', view_func)} with idempotency_exempt"
+            )
         return _run(request, lambda: view_func(request, *view_args, **view_kwargs), self.settings, self.alias, False)
