@@ -1,0 +1,53 @@
+"""pg-idempotency: the ``idempotency`` PostgreSQL extension in Python web services.
+
+The record of a request and its effect commit together or not at all:
+the library reserves the key, runs the handler and completes the key in one
+database transaction, on one connection.
+
+Core (psycopg 3): :class:`Idempotency` and :class:`AsyncIdempotency`.
+Integrations: :mod:`pg_idempotency.django`, :mod:`pg_idempotency.fastapi`,
+:mod:`pg_idempotency.starlette`, :mod:`pg_idempotency.flask`.
+"""
+
+from ._version import __version__
+from .core import COMPLETE_SQL, RESERVE_SQL, Plan, ProblemError
+from .envelope import ENVELOPE_VERSION, UnsupportedEnvelope, build_envelope, read_envelope
+from .fingerprint import InvalidFingerprint, request_document
+from .http import RequestData, ResponseData
+from .keys import InvalidKey, parse_key
+from .mapping import DEFAULT_MAPPING, OUTCOME_CODES, PROBLEM_TYPE_BASE, SQLSTATE_CODES, Problem
+from .runner import AsyncIdempotency, Idempotency
+from .settings import DEFAULT_REPLAY_HEADERS, DEFAULT_RETRYABLE_STATUSES, IdempotencySettings, ScopeFunction
+from .version import MINIMUM_VERSION, ExtensionVersionError, require_version
+
+__all__ = [
+    "COMPLETE_SQL",
+    "DEFAULT_MAPPING",
+    "DEFAULT_REPLAY_HEADERS",
+    "DEFAULT_RETRYABLE_STATUSES",
+    "ENVELOPE_VERSION",
+    "MINIMUM_VERSION",
+    "OUTCOME_CODES",
+    "PROBLEM_TYPE_BASE",
+    "RESERVE_SQL",
+    "SQLSTATE_CODES",
+    "AsyncIdempotency",
+    "ExtensionVersionError",
+    "Idempotency",
+    "IdempotencySettings",
+    "InvalidFingerprint",
+    "InvalidKey",
+    "Plan",
+    "Problem",
+    "ProblemError",
+    "RequestData",
+    "ResponseData",
+    "ScopeFunction",
+    "UnsupportedEnvelope",
+    "__version__",
+    "build_envelope",
+    "parse_key",
+    "read_envelope",
+    "request_document",
+    "require_version",
+]

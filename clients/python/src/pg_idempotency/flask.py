@@ -1,0 +1,128 @@
+"""Flask: an extension object whose decorator makes a view idempotent.
+
+::
+
+    from pg_idempotency.flask import FlaskIdempotency, connection
+
+    idem = FlaskIdempotency(pool, IdempotencySettings(scope=lambda request: current_account()))
+    idem.init_app(app)                      # checks the extension's version
+
+    @app.post("/payments")
+    @idem.idempotent(operation="create-payment")
+    def create_payment():
+        connection().execute("INSERT ...")  # the request's transaction
+        return {"id": 1}, 201
+
+The view runs in one transaction on one connection of the psycopg pool,
+between ``idem_reserve`` and ``idem_complete``, committed before the
+response leaves. The scope function gets Flask's ``request``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import psycopg
+from flask import Flask, Response, g, make_response, request
+from flask.typing import ResponseReturnValue
+from psycopg_pool import ConnectionPool
+from werkzeug.exceptions import HTTPException
+
+from ._routes import angle_template
+from .http import RequestData, ResponseData
+from .runner import Idempotency
+from .settings import IdempotencySettings
+
+__all__ = ["FlaskIdempotency", "connection"]
+
+F = TypeVar("F", bound=Callable[..., ResponseReturnValue])
+
+_G = "pg_idempotency_connection"
+
+
+def connection() -> psycopg.Connection[Any]:
+    """The connection of the current idempotent view, in its transaction."""
+    conn: psycopg.Connection[Any] | None = g.get(_G)
+    if conn is None:
+        raise RuntimeError("pg_idempotency: connection() outside a view decorated with FlaskIdempotency.idempotent")
+    return conn
+
+
+def _request_data() -> RequestData:
+    rule = request.url_rule.rule if request.url_rule is not None else None
+    return RequestData(
+        request.method,
+        request.root_path + request.path,
+        list(request.headers.items()),
+        request.get_data(cache=True),
+        angle_template(rule) if rule is not None else None,
+    )
+
+
+def _describe(response: Response) -> ResponseData:
+    return ResponseData(response.status_code, list(response.headers.items()), response.get_data())
+
+
+def _to_flask(data: ResponseData) -> Response:
+    response = Response(data.body, status=data.status)
+    response.headers.clear()
+    for name, value in data.headers:
+        response.headers.add(name, value)
+    return response
+
+
+class FlaskIdempotency(Idempotency):
+    """:class:`~pg_idempotency.Idempotency` for Flask; ``app`` (or :meth:`init_app`) checks the version.
+
+    Werkzeug HTTP errors (``abort(404)``) raised by a view are rolled back
+    and re-raised to Flask; any other exception is rolled back and answered
+    ``internal-error``.
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        settings: IdempotencySettings,
+        app: Flask | None = None,
+        *,
+        passthrough: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        super().__init__(pool, settings, check=False, passthrough=(HTTPException, *passthrough))
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Flask) -> None:
+        """Register on ``app`` and check the extension's version (refuses to start below 0.2.0)."""
+        self.check_version()
+        app.extensions["pg_idempotency"] = self
+
+    def idempotent(self, **overrides: Any) -> Callable[[F], F]:
+        """Decorate a view: it runs idempotently with the settings and these per-route ``overrides``."""
+        settings = self.settings.replace(**overrides) if overrides else self.settings
+        settings.validate()
+
+        def decorate(view: F) -> F:
+            @functools.wraps(view)
+            def wrapper(*args: Any, **kwargs: Any) -> Response:
+                if self.extension_version is None:
+                    self.check_version()
+
+                def run(conn: psycopg.Connection[Any]) -> Response:
+                    g.setdefault(_G, None)
+                    setattr(g, _G, conn)
+                    try:
+                        return make_response(view(*args, **kwargs))
+                    finally:
+                        setattr(g, _G, None)
+
+                if request.method.upper() not in settings.methods:
+                    result = self.transaction(run, _describe, settings=settings)
+                else:
+                    result = self.run(_request_data(), run, _describe, scope_arg=request, settings=settings)
+                return _to_flask(result) if isinstance(result, ResponseData) else result
+
+            return cast(F, wrapper)
+
+        return decorate

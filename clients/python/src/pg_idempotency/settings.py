@@ -1,0 +1,96 @@
+"""The settings object: one per application, with per-route overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from .fingerprint import validate_pointer
+from .mapping import DEFAULT_MAPPING, Problem
+
+__all__ = ["DEFAULT_REPLAY_HEADERS", "DEFAULT_RETRYABLE_STATUSES", "IdempotencySettings", "ScopeFunction"]
+
+#: A function of the framework's request that returns the principal (the
+#: key's scope), or ``None`` (or ``""``) when there is none (401).
+#: Async integrations also accept a coroutine function.
+ScopeFunction = Callable[[Any], "str | None | Awaitable[str | None]"]
+
+#: The response headers a replay gives back by default.
+DEFAULT_REPLAY_HEADERS: frozenset[str] = frozenset({"content-type", "location"})
+
+#: The handler statuses that roll back instead of completing: every 5xx, 408 and 429.
+DEFAULT_RETRYABLE_STATUSES: frozenset[int] = frozenset(range(500, 600)) | {408, 429}
+
+
+@dataclass(frozen=True)
+class IdempotencySettings:
+    """How requests are made idempotent (doc/clients.md, "Settings every library has").
+
+    Attributes:
+        scope: the function of the request that returns the principal; required
+            (:meth:`validate` raises without it). It is never taken from a header
+            the client chooses.
+        operation: the route's operation name; ``None`` means ``METHOD path-template``.
+        fingerprint: JSON Pointers of the members that make two requests the same;
+            ``None`` means the whole body.
+        ttl: how long a completed record replays; ``None`` means the server's
+            ``idempotency.default_ttl``.
+        key_required: a missing key is 400 ``missing-key``; when false the handler
+            runs without idempotency (in a transaction of its own).
+        replay_headers: the allow-list of stored headers (lower-cased).
+        retryable_statuses: handler statuses that roll back instead of completing.
+        mapping: the answer of each problem code (:data:`~pg_idempotency.DEFAULT_MAPPING`).
+        retry_after: seconds of ``Retry-After``, for the rows that have it.
+        methods: the methods made idempotent by a middleware (others pass through).
+    """
+
+    scope: ScopeFunction | None = None
+    operation: str | None = None
+    fingerprint: Sequence[str] | None = None
+    ttl: timedelta | None = None
+    key_required: bool = True
+    replay_headers: Collection[str] = DEFAULT_REPLAY_HEADERS
+    retryable_statuses: Collection[int] = DEFAULT_RETRYABLE_STATUSES
+    mapping: Mapping[str, Problem] = field(default_factory=lambda: DEFAULT_MAPPING)
+    retry_after: int = 1
+    methods: Collection[str] = frozenset({"POST", "PATCH"})
+
+    def __post_init__(self) -> None:
+        if self.fingerprint is not None:
+            if isinstance(self.fingerprint, str):
+                raise TypeError("fingerprint must be a sequence of JSON Pointers, not one string")
+            for pointer in self.fingerprint:
+                validate_pointer(pointer)
+            object.__setattr__(self, "fingerprint", tuple(self.fingerprint))
+        if self.ttl is not None and self.ttl <= timedelta(0):
+            raise ValueError("ttl must be positive")
+        if self.retry_after < 0:
+            raise ValueError("retry_after must not be negative")
+        if self.operation is not None and not self.operation:
+            raise ValueError("operation must not be empty")
+        object.__setattr__(self, "replay_headers", frozenset(h.lower() for h in self.replay_headers))
+        object.__setattr__(self, "retryable_statuses", frozenset(self.retryable_statuses))
+        object.__setattr__(self, "methods", frozenset(m.upper() for m in self.methods))
+        merged = dict(DEFAULT_MAPPING)
+        merged.update(self.mapping)
+        object.__setattr__(self, "mapping", merged)
+
+    def replace(self, **changes: Any) -> IdempotencySettings:
+        """A copy with ``changes`` applied (the per-route overrides)."""
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> IdempotencySettings:
+        """Raise :class:`ValueError` when a setting needed at start-up is missing; return self."""
+        if self.scope is None:
+            raise ValueError(
+                "pg_idempotency: no scope function is configured; a route needs one "
+                "(the function of the request that returns the authenticated principal)"
+            )
+        return self
+
+    def is_retryable(self, status: int) -> bool:
+        """Whether a handler status rolls back instead of completing."""
+        return status in self.retryable_statuses

@@ -1,0 +1,376 @@
+"""The behaviour of doc/clients.md, checked through each framework's own test client.
+
+Every integration's test module builds the same small application (see
+``APP`` below) and a ``client`` fixture adapting its framework's test client
+to :class:`Client`; its ``Test*`` class inherits :class:`Behaviour`. The
+application's routes, all POST:
+
+- ``/effects`` (operation ``create-effect``): inserts one row into ``effects``
+  and answers 201 with ``Location: /effects/<id>``, ``X-Custom`` and
+  ``X-Other`` headers. Test headers change what the handler does after its
+  INSERT: ``X-Test-Status: N`` answers N; ``X-Test-Raise`` raises;
+  ``X-Test-Sql-Error: S`` raises an SQL error with SQLSTATE S;
+  ``X-Test-Text`` answers a binary ``application/octet-stream`` body.
+- ``/subset`` (operation ``subset``): the same, fingerprinted on
+  ``["/order_id", "/amount"]``.
+- ``/optional`` (operation ``optional``): the key optional.
+- ``/headers`` (operation ``headers``): ``x-custom`` on the replay allow-list.
+- ``/items/{id}``: the default operation, ``POST /items/{id}``.
+
+The scope function takes ``Authorization: Bearer user-...`` as the principal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from pg_idempotency import ExtensionVersionError, request_document
+from pg_idempotency.mapping import PROBLEM_TYPE_BASE
+
+from conftest import DB_NOEXT, DB_OLD, Db
+
+SUBSET = ["/order_id", "/amount"]
+BINARY = b"\x00\xffbinary"
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+Post = Callable[..., Answer]
+
+
+def principal(authorization: str | None) -> str | None:
+    """The test apps' scope: ``Bearer user-x`` is the principal ``user-x``."""
+    if not authorization or not authorization.startswith("Bearer user-"):
+        return None
+    return authorization[len("Bearer ") :]
+
+
+def handler_sql(headers: Callable[[str], str | None]) -> tuple[str | None, str | None]:
+    """The SQL a test handler runs after its INSERT (for X-Test-Sql-Error), and its key."""
+    state = headers("x-test-sql-error")
+    query = None
+    if state is not None:
+        assert len(state) == 5 and state.isalnum()
+        query = f"DO $$BEGIN RAISE EXCEPTION 'secret text' USING ERRCODE = '{state}'; END$$"
+    return query, headers("idempotency-key")
+
+
+def handler_answer(headers: Callable[[str], str | None], effect_id: int) -> tuple[int, list[tuple[str, str]], bytes]:
+    """What a test handler answers after its INSERT (raises for X-Test-Raise)."""
+    if headers("x-test-raise") is not None:
+        raise RuntimeError("secret text of a handler failure")
+    extra = [("X-Custom", "custom"), ("X-Other", "other")]
+    if headers("x-test-text") is not None:
+        return 200, [("Content-Type", "application/octet-stream"), *extra], BINARY
+    status = headers("x-test-status")
+    if status is not None:
+        return int(status), [("Content-Type", "application/json"), *extra], json.dumps({"id": effect_id}).encode()
+    body = json.dumps({"id": effect_id, "status": "made"}).encode()
+    return 201, [("Content-Type", "application/json"), ("Location", f"/effects/{effect_id}"), *extra], body
+
+
+def _problem(answer: Answer, status: int, code: str) -> dict[str, Any]:
+    assert answer.status == status, (answer.status, answer.body)
+    assert answer.headers["content-type"] == "application/problem+json"
+    body: dict[str, Any] = answer.json()
+    assert body["code"] == code
+    assert body["status"] == status
+    assert body["type"] == PROBLEM_TYPE_BASE + code
+    assert body["title"] and body["detail"]
+    return body
+
+
+A = "Bearer user-a"
+B = "Bearer user-b"
+JSON = ("Content-Type", "application/json")
+
+
+class Behaviour:
+    """The shared tests; a subclass provides the ``client`` and ``make_client`` fixtures."""
+
+    def post(
+        self,
+        client: Post,
+        path: str = "/effects",
+        body: Any = None,
+        key: str | None = "k1",
+        auth: str | None = A,
+        headers: Sequence[tuple[str, str]] = (),
+        raw: bytes | None = None,
+        content_type: str | None = "application/json",
+    ) -> Answer:
+        h: list[tuple[str, str]] = []
+        if key is not None:
+            h.append(("Idempotency-Key", key))
+        if auth is not None:
+            h.append(("Authorization", auth))
+        if content_type is not None:
+            h.append(("Content-Type", content_type))
+        h.extend(headers)
+        data = raw if raw is not None else json.dumps(body if body is not None else {"order_id": "o-1", "amount": 100}).encode()
+        return client(path, data, h)
+
+    # --- the key ---------------------------------------------------------
+
+    def test_new_then_replay(self, client: Post, db: Db) -> None:
+        first = self.post(client, key='"k1"')
+        assert first.status == 201
+        assert "idempotent-replayed" not in first.headers
+        again = self.post(client, key='"k1"')
+        assert again.status == 201
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.headers["location"] == first.headers["location"]
+        assert again.headers["content-type"] == "application/json"
+        assert again.json() == first.json()
+        assert "x-custom" not in again.headers
+        assert db.effects() == 1
+        assert db.records("completed") == 1
+        assert db.value("SELECT operation FROM idem_keys") == "create-effect"
+
+    def test_quoted_and_bare_are_one_key(self, client: Post, db: Db) -> None:
+        assert self.post(client, key='"same"').status == 201
+        bare = self.post(client, key=" same\t")
+        assert bare.headers.get("idempotent-replayed") == "true"
+        assert db.effects() == 1
+        assert db.value("SELECT key FROM idem_keys") == "same"
+
+    def test_escapes(self, client: Post, db: Db) -> None:
+        assert self.post(client, key='"a\\"b\\\\c"').status == 201
+        assert db.value("SELECT key FROM idem_keys") == 'a"b\\c'
+
+    @pytest.mark.parametrize(
+        "key",
+        ['"abc', '"a\\x"', '"a";p=1', '"a" x', '"a", "b"', "a, b", '""', "", '"a\tb"', '"a\\"'],
+    )
+    def test_malformed_key(self, client: Post, db: Db, key: str) -> None:
+        _problem(self.post(client, key=key), 400, "invalid-key")
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    def test_two_key_fields(self, client: Post, db: Db) -> None:
+        answer = self.post(client, key=None, headers=[("Idempotency-Key", "a"), ("Idempotency-Key", "b")])
+        _problem(answer, 400, "invalid-key")
+        assert db.effects() == 0
+
+    def test_missing_key(self, client: Post, db: Db) -> None:
+        _problem(self.post(client, key=None), 400, "missing-key")
+        assert db.effects() == 0
+
+    def test_key_too_long(self, client: Post, db: Db) -> None:
+        body = _problem(self.post(client, key="x" * 256), 400, "invalid-request")
+        assert "too long" in body["detail"]
+        assert db.effects() == 0
+
+    def test_optional_key(self, client: Post, db: Db) -> None:
+        assert self.post(client, "/optional", key=None).status == 201
+        assert self.post(client, "/optional", key=None).status == 201
+        assert db.effects() == 2
+        assert db.records() == 0
+        assert self.post(client, "/optional", key="o").status == 201
+        assert self.post(client, "/optional", key="o").headers.get("idempotent-replayed") == "true"
+        assert db.effects() == 3
+
+    # --- the scope -------------------------------------------------------
+
+    def test_unauthenticated(self, client: Post, db: Db) -> None:
+        _problem(self.post(client, auth=None), 401, "unauthenticated")
+        _problem(self.post(client, auth="Bearer nobody"), 401, "unauthenticated")
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    def test_user_b_cannot_replay_user_a(self, client: Post, db: Db) -> None:
+        a = self.post(client, auth=A)
+        b = self.post(client, auth=B)
+        assert a.status == b.status == 201
+        assert "idempotent-replayed" not in b.headers
+        assert a.json()["id"] != b.json()["id"]
+        assert db.effects() == 2
+        assert db.value("SELECT string_agg(scope, ',' ORDER BY scope) FROM idem_keys") == "user-a,user-b"
+
+    # --- the fingerprint -------------------------------------------------
+
+    def test_fingerprint_of_json_body(self, client: Post, db: Db) -> None:
+        self.post(client, raw=b'{"amount": 1.0, "order_id": "o-1"}')
+        expected = '{"method": "POST", "path": "/effects", "body": {"order_id": "o-1", "amount": 1}}'
+        assert db.value("SELECT request_hash = idem_hash(%s::jsonb) FROM idem_keys", expected) is True
+        # member order and number spelling do not matter
+        again = self.post(client, raw=b'{"order_id":"o-1","amount":1}')
+        assert again.headers.get("idempotent-replayed") == "true"
+        _problem(self.post(client, raw=b'{"order_id":"o-1","amount":2}'), 422, "mismatch")
+        assert db.effects() == 1
+
+    def test_fingerprint_of_other_body(self, client: Post, db: Db) -> None:
+        self.post(client, raw=b"hello \xff", content_type="text/plain")
+        expected = '{"method": "POST", "path": "/effects", "body_base64": "aGVsbG8g/w=="}'
+        assert db.value("SELECT request_hash = idem_hash(%s::jsonb) FROM idem_keys", expected) is True
+        self.post(client, key="empty", raw=b"", content_type=None)
+        expected = '{"method": "POST", "path": "/effects"}'
+        assert db.value("SELECT request_hash = idem_hash(%s::jsonb) FROM idem_keys WHERE key = 'empty'", expected)
+
+    def test_fingerprint_subset(self, client: Post, db: Db) -> None:
+        first = self.post(client, "/subset", body={"order_id": "o-1", "amount": 100, "note": "x"})
+        assert first.status == 201
+        expected = '{"method": "POST", "path": "/subset", "body": {"/order_id": "o-1", "/amount": 100}}'
+        assert db.value("SELECT request_hash = idem_hash(%s::jsonb) FROM idem_keys", expected) is True
+        other_note = self.post(client, "/subset", body={"amount": 100, "order_id": "o-1", "note": "y"})
+        assert other_note.headers.get("idempotent-replayed") == "true"
+        _problem(self.post(client, "/subset", body={"order_id": "o-1", "amount": 5}), 422, "mismatch")
+        self.post(client, "/subset", key="k2", body={"order_id": "o-2"})
+        expected = '{"method": "POST", "path": "/subset", "body": {"/order_id": "o-2", "/amount": null}}'
+        assert db.value("SELECT request_hash = idem_hash(%s::jsonb) FROM idem_keys WHERE key = 'k2'", expected)
+        _problem(self.post(client, "/subset", key="k3", raw=b"text", content_type="text/plain"), 400, "invalid-request")
+        assert db.effects() == 2
+
+    def test_default_operation(self, client: Post, db: Db) -> None:
+        assert self.post(client, "/items/5").status == 201
+        assert db.value("SELECT operation FROM idem_keys") == "POST /items/{id}"
+
+    # --- the envelope ----------------------------------------------------
+
+    def test_envelope(self, client: Post, db: Db) -> None:
+        first = self.post(client)
+        envelope = db.value("SELECT response FROM idem_keys")
+        assert envelope == {
+            "v": 1,
+            "headers": {"content-type": "application/json", "location": first.headers["location"]},
+            "body": first.json(),
+        }
+        assert db.value("SELECT response_status FROM idem_keys") == 201
+
+    def test_binary_body_replayed(self, client: Post, db: Db) -> None:
+        first = self.post(client, headers=[("X-Test-Text", "1")])
+        assert first.status == 200 and first.body == BINARY
+        again = self.post(client, headers=[("X-Test-Text", "1")])
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.body == BINARY
+        assert again.headers["content-type"] == "application/octet-stream"
+        assert db.value("SELECT response->>'body_base64' FROM idem_keys") == "AP9iaW5hcnk="
+        assert db.effects() == 1
+
+    def test_replay_header_allow_list(self, client: Post, db: Db) -> None:
+        self.post(client, "/headers")
+        again = self.post(client, "/headers")
+        assert again.headers["idempotent-replayed"] == "true"
+        assert again.headers["x-custom"] == "custom"
+        assert "x-other" not in again.headers
+        assert "location" in again.headers
+
+    def test_record_completed_by_plain_sql(self, client: Post, db: Db) -> None:
+        doc = request_document("POST", "/effects", "application/json", b'{"order_id": "o-1", "amount": 100}')
+        db.execute("SELECT idem_reserve('create-effect', 'sql', %s::jsonb, scope => 'user-a')", doc)
+        db.execute("SELECT idem_complete('create-effect', 'sql', '{\"id\": 7}', 201, scope => 'user-a')")
+        answer = self.post(client, key="sql")
+        assert answer.status == 201
+        assert answer.headers["idempotent-replayed"] == "true"
+        assert answer.headers["content-type"] == "application/json"
+        assert answer.json() == {"id": 7}
+        assert db.effects() == 0
+
+    def test_higher_envelope_version(self, client: Post, db: Db) -> None:
+        doc = request_document("POST", "/effects", "application/json", b'{"order_id": "o-1", "amount": 100}')
+        db.execute("SELECT idem_reserve('create-effect', 'v2', %s::jsonb, scope => 'user-a')", doc)
+        db.execute("SELECT idem_complete('create-effect', 'v2', '{\"v\": 2, \"body\": 1}', 201, scope => 'user-a')")
+        _problem(self.post(client, key="v2"), 500, "unsupported-envelope")
+        assert db.effects() == 0
+
+    # --- the mapping -----------------------------------------------------
+
+    def test_in_progress(self, client: Post, db: Db) -> None:
+        doc = request_document("POST", "/effects", "application/json", b'{"order_id": "o-1", "amount": 100}')
+        db.execute("SELECT idem_reserve('create-effect', 'k1', %s::jsonb, scope => 'user-a')", doc)
+        answer = self.post(client)
+        _problem(answer, 409, "in-progress")
+        assert answer.headers["retry-after"] == "1"
+        assert db.effects() == 0
+
+    def test_stuck(self, client: Post, db: Db) -> None:
+        doc = request_document("POST", "/effects", "application/json", b'{"order_id": "o-1", "amount": 100}')
+        db.execute("SELECT idem_reserve('create-effect', 'k1', %s::jsonb, scope => 'user-a')", doc)
+        db.execute("UPDATE idem_keys SET updated_at = '-infinity'")
+        answer = self.post(client)
+        _problem(answer, 409, "stuck")
+        assert answer.headers["retry-after"] == "1"
+        assert db.effects() == 0
+
+    def test_handler_error_rolls_back(self, client: Post, db: Db) -> None:
+        body = _problem(self.post(client, headers=[("X-Test-Raise", "1")]), 500, "internal-error")
+        assert "secret" not in body["detail"]
+        assert db.effects() == 0
+        assert db.records() == 0
+        assert self.post(client).status == 201  # the retry is new
+        assert db.effects() == 1
+
+    @pytest.mark.parametrize("status", [500, 503, 408, 429])
+    def test_retryable_status_rolls_back(self, client: Post, db: Db, status: int) -> None:
+        assert self.post(client, headers=[("X-Test-Status", str(status))]).status == status
+        assert db.effects() == 0
+        assert db.records() == 0
+        retry = self.post(client)
+        assert retry.status == 201 and "idempotent-replayed" not in retry.headers
+
+    @pytest.mark.parametrize("status", [402, 400, 200])
+    def test_final_failure_is_completed(self, client: Post, db: Db, status: int) -> None:
+        first = self.post(client, headers=[("X-Test-Status", str(status))])
+        assert first.status == status
+        assert db.effects() == 1
+        assert db.value("SELECT response_status FROM idem_keys WHERE status = 'completed'") == status
+        again = self.post(client, headers=[("X-Test-Status", str(status))])
+        assert again.status == status and again.headers["idempotent-replayed"] == "true"
+        assert again.json() == first.json()
+        assert db.effects() == 1
+
+    @pytest.mark.parametrize("state", ["40001", "40P01"])
+    def test_serialization_failure(self, client: Post, db: Db, state: str) -> None:
+        answer = self.post(client, headers=[("X-Test-Sql-Error", state)])
+        _problem(answer, 503, "retry")
+        assert answer.headers["retry-after"] == "1"
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    def test_other_sql_error(self, client: Post, db: Db) -> None:
+        body = _problem(self.post(client, headers=[("X-Test-Sql-Error", "P0001")]), 500, "internal-error")
+        assert "secret" not in body["detail"]
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    def test_read_only(self, make_client: Callable[..., Post], db: Db) -> None:
+        client = make_client(read_only=True)
+        answer = self.post(client)
+        _problem(answer, 503, "read-only")
+        assert answer.headers["retry-after"] == "1"
+        assert db.records() == 0
+
+    def test_mapping_is_data(self, make_client: Callable[..., Post], db: Db) -> None:
+        from pg_idempotency import DEFAULT_MAPPING, Problem
+
+        mapping = {"mismatch": Problem(409, "Reused", "Reused key.", retry_after=True, retry_after_seconds=7)}
+        client = make_client(mapping=mapping, retry_after=3)
+        self.post(client)
+        answer = self.post(client, body={"order_id": "o-9", "amount": 1})
+        _problem(answer, 409, "mismatch")
+        assert answer.headers["retry-after"] == "7"
+        assert answer.json()["title"] == "Reused"
+        answer = self.post(client, key="x" * 300)
+        _problem(answer, 400, "invalid-request")
+        assert DEFAULT_MAPPING["mismatch"].status == 422
+
+    # --- the version check -----------------------------------------------
+
+    def test_version_check(self, make_client: Callable[..., Post]) -> None:
+        with pytest.raises(ExtensionVersionError, match="not installed"):
+            make_client(dbname=DB_NOEXT)
+        with pytest.raises(ExtensionVersionError, match="0.1.0"):
+            make_client(dbname=DB_OLD)
