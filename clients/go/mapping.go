@@ -24,9 +24,9 @@ const (
 	CodeRetry               = "retry"
 	CodeUnsupportedEnvelope = "unsupported-envelope"
 	CodeInternalError       = "internal-error"
-	// CodeRequestTooLarge answers a body over the limit of an
+	// CodePayloadTooLarge answers a body over the limit of an
 	// http.MaxBytesReader installed before the middleware.
-	CodeRequestTooLarge = "request-too-large"
+	CodePayloadTooLarge = "payload-too-large"
 )
 
 // Problem is one row of the mapping: how a case is answered, as an RFC 9457
@@ -69,7 +69,7 @@ func DefaultMapping() Mapping {
 			CodeRetry:               {503, "Conflict with a concurrent request", "The request conflicted with a concurrent one and was rolled back; retry it.", true},
 			CodeUnsupportedEnvelope: {500, "Unsupported response envelope", "The stored response was written by a newer version of the library.", false},
 			CodeInternalError:       {500, "Internal error", "The request could not be processed.", false},
-			CodeRequestTooLarge:     {413, "Request too large", "The request body is too large.", false},
+			CodePayloadTooLarge:     {413, "Request too large", "The request body is too large.", false},
 		},
 		SQLStates: map[string]string{
 			"22023": CodeInvalidRequest,

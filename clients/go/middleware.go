@@ -110,7 +110,7 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
-				return cfg.problemResponse(CodeRequestTooLarge, "")
+				return cfg.problemResponse(CodePayloadTooLarge, "")
 			}
 			return cfg.problemResponse(CodeInvalidRequest, "The request body could not be read.")
 		}
