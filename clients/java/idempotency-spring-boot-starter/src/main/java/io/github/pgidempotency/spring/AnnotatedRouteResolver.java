@@ -34,6 +34,7 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 	private final ObjectProvider<RequestMappingHandlerMapping> mappings;
 	private final ObjectProvider<ScopeResolver> scope;
 	private final Map<Method, Route> routes = new ConcurrentHashMap<>();
+	private volatile List<RequestMappingHandlerMapping> handlerMappings;
 
 	/**
 	 * A resolver.
@@ -50,7 +51,7 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 	@Override
 	public void afterSingletonsInstantiated() {
 		int annotated = 0;
-		for (RequestMappingHandlerMapping m : mappings.orderedStream().toList()) {
+		for (RequestMappingHandlerMapping m : handlerMappings()) {
 			for (HandlerMethod hm : m.getHandlerMethods().values()) {
 				if (annotation(hm) != null) {
 					route(hm);
@@ -69,7 +70,7 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 		if (!parsed)
 			ServletRequestPathUtils.parseAndCache(request);
 		try {
-			for (RequestMappingHandlerMapping m : mappings.orderedStream().toList()) {
+			for (RequestMappingHandlerMapping m : handlerMappings()) {
 				HandlerExecutionChain chain = m.getHandler(request);
 				if (chain == null)
 					continue;
@@ -95,6 +96,16 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 			if (!parsed)
 				ServletRequestPathUtils.clearParsedRequestPath(request);
 		}
+	}
+
+	/** Spring MVC's handler mappings, looked up once. */
+	private List<RequestMappingHandlerMapping> handlerMappings() {
+		List<RequestMappingHandlerMapping> list = handlerMappings;
+		if (list == null) {
+			list = mappings.orderedStream().toList();
+			handlerMappings = list;
+		}
+		return list;
 	}
 
 	/** The annotation of a handler method, or of its class. */
