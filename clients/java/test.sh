@@ -5,8 +5,10 @@
 # JDBC speaks TCP only: the server must also listen on 127.0.0.1:$PGPORT.
 #
 # It creates the databases idem_java_test (the extension), idem_java_test_noext
-# (none) and idem_java_test_old (version 0.1.0), fetches Maven's plugins and
-# dependencies into ${IDEM_CLIENT_CACHE:-/var/tmp/idempotency-cache}/maven, then
+# (none), idem_java_test_old (version 0.1.0) and idem_java_test_demo (the
+# extension and clients/demo/schema.sql, for the demo's tests), fetches
+# Maven's plugins and dependencies into
+# ${IDEM_CLIENT_CACHE:-/var/tmp/idempotency-cache}/maven, then
 # runs `mvn -o verify` (compile with -Werror, JUnit 5 tests, javadoc jars, the
 # demo's executable jar) on a copy of the sources, so that the tree may be
 # read-only.  Exits non-zero on any failure and when no test ran.
@@ -27,11 +29,13 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/idem-java-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -d "${PGDATABASE:-postgres}" "$@"; }
-for db in idem_java_test idem_java_test_noext idem_java_test_old; do
+for db in idem_java_test idem_java_test_noext idem_java_test_old idem_java_test_demo; do
 	psql_ -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
 done
 psql -X -q -v ON_ERROR_STOP=1 -d idem_java_test -c "CREATE EXTENSION idempotency"
 psql -X -q -v ON_ERROR_STOP=1 -d idem_java_test_old -c "CREATE EXTENSION idempotency VERSION '0.1.0'"
+psql -X -q -v ON_ERROR_STOP=1 -d idem_java_test_demo -c "CREATE EXTENSION idempotency" \
+	-f "$here/../demo/schema.sql" >/dev/null
 if ! psql -X -q -h 127.0.0.1 -d idem_java_test -c "SELECT 1" >/dev/null; then
 	echo "FAIL: the server does not accept TCP connections on 127.0.0.1:$PGPORT (JDBC needs them)"
 	exit 1
