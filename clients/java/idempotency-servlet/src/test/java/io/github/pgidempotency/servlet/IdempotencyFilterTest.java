@@ -355,6 +355,22 @@ class IdempotencyFilterTest {
 	}
 
 	@Test
+	void clientGoingAwayDoesNotCancelTheCommit() throws Exception {
+		HttpRequest r = post("/slow", BODY, "Idempotency-Key", key, "Authorization", "Bearer token-a")
+			.timeout(java.time.Duration.ofMillis(200)).build();
+		assertThrows(java.net.http.HttpTimeoutException.class, () -> CLIENT.send(r, HttpResponse.BodyHandlers.ofString()));
+		String status = null;
+		for (int i = 0; i < 100 && !"completed".equals(status); i++) {
+			Thread.sleep(100);
+			status = value("SELECT status FROM idem_keys WHERE key = ?", key);
+		}
+		assertEquals("completed", status);
+		HttpResponse<String> retry = pay("/slow", BODY, "token-a");
+		assertEquals("true", retry.headers().firstValue("Idempotent-Replayed").orElse(null));
+		assertEquals(1, effects());
+	}
+
+	@Test
 	void filterNeedsAScopeAndChecksTheVersion() {
 		IllegalStateException e = assertThrows(IllegalStateException.class,
 			() -> IdempotencyFilter.builder(pool).build());
