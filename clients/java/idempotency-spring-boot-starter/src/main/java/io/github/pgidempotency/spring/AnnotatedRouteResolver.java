@@ -71,7 +71,13 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 			ServletRequestPathUtils.parseAndCache(request);
 		try {
 			for (RequestMappingHandlerMapping m : handlerMappings()) {
-				HandlerExecutionChain chain = m.getHandler(request);
+				HandlerExecutionChain chain;
+				try {
+					chain = m.getHandler(request);
+				} catch (Exception e) {
+					// no handler method takes it (405, 415, ...): Spring MVC answers it
+					return null;
+				}
 				if (chain == null)
 					continue;
 				if (!(chain.getHandler() instanceof HandlerMethod hm))
@@ -90,8 +96,6 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 				return route.withOperation(method + " " + (pattern != null ? pattern : request.getRequestURI()));
 			}
 			return null;
-		} catch (Exception e) {
-			throw new IllegalStateException("could not find the handler of " + request.getRequestURI(), e);
 		} finally {
 			if (!parsed)
 				ServletRequestPathUtils.clearParsedRequestPath(request);

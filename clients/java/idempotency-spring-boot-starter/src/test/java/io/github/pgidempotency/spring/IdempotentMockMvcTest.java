@@ -197,6 +197,14 @@ class IdempotentMockMvcTest {
 	}
 
 	@Test
+	void requestsNoHandlerTakesAreSpringMvcs() throws Exception {
+		mvc.perform(org.springframework.test.web.servlet.request.MockMvcRequestBuilders.put("/payments")
+			.header("Idempotency-Key", key)).andExpect(status().isMethodNotAllowed());
+		mvc.perform(post("/nowhere").header("Idempotency-Key", key)).andExpect(status().isNotFound());
+		assertEquals(0, records());
+	}
+
+	@Test
 	void classLevelAnnotationCoversPatchWithPathTemplate() throws Exception {
 		mvc.perform(patch("/items/42").header("Idempotency-Key", key).header("Authorization", "Bearer token-a"))
 			.andExpect(status().isOk()).andExpect(content().string("patched 42 true"));
