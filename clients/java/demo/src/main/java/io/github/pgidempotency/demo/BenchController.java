@@ -1,0 +1,138 @@
+package io.github.pgidempotency.demo;
+
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+
+import javax.sql.DataSource;
+
+import io.github.pgidempotency.spring.Idempotent;
+import jakarta.servlet.http.HttpServletRequest;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
+import org.springframework.http.MediaType;
+import org.springframework.http.ResponseEntity;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.web.bind.annotation.PostMapping;
+import org.springframework.web.bind.annotation.RequestBody;
+import org.springframework.web.bind.annotation.RestController;
+
+/**
+ * The overhead benchmark's two routes (--bench): one handler, an INSERT
+ * into bench_effects answered with 201, behind the middleware and with the
+ * three SQL calls written by hand on the same pool.
+ */
+@RestController
+@ConditionalOnProperty(name = "demo.bench", havingValue = "true")
+public class BenchController {
+	private final JdbcTemplate jdbc;
+	private final DataSource dataSource;
+	private final Accounts accounts;
+
+	BenchController(JdbcTemplate jdbc, DataSource dataSource, Accounts accounts) {
+		this.jdbc = jdbc;
+		this.dataSource = dataSource;
+		this.accounts = accounts;
+		try {
+			jdbc.execute("CREATE TABLE IF NOT EXISTS bench_effects (id bigserial PRIMARY KEY, k text)");
+		} catch (RuntimeException e) {
+			System.err.println("demo: could not create bench_effects (" + e.getMessage() + "); it must exist");
+		}
+	}
+
+	/**
+	 * The handler behind the middleware.
+	 *
+	 * @param request the request
+	 * @return 201 {"id": N}
+	 */
+	@PostMapping("/bench/middleware")
+	@Idempotent(operation = "bench-middleware")
+	public ResponseEntity<String> middleware(HttpServletRequest request) {
+		Long id = jdbc.queryForObject("INSERT INTO bench_effects (k) VALUES (?) RETURNING id", Long.class,
+			request.getHeader("Idempotency-Key"));
+		return ResponseEntity.status(201).contentType(MediaType.APPLICATION_JSON).body("{\"id\": " + id + "}");
+	}
+
+	/**
+	 * The same handler with idem_reserve, the INSERT and idem_complete by hand.
+	 *
+	 * @param body the request body (JSON)
+	 * @param request the request
+	 * @return 201, the replay, 409, 422, 400 or 401
+	 * @throws SQLException on a database error
+	 */
+	@PostMapping("/bench/by-hand")
+	public ResponseEntity<String> byHand(@RequestBody(required = false) byte[] body, HttpServletRequest request)
+		throws SQLException {
+		String scope = accounts.accountOf(request);
+		if (scope == null)
+			return plain(401, "{\"code\": \"unauthenticated\"}");
+		String key = request.getHeader("Idempotency-Key");
+		if (key == null)
+			return plain(400, "{\"code\": \"missing-key\"}");
+		key = key.trim();
+		if (key.length() >= 2 && key.startsWith("\"") && key.endsWith("\""))
+			key = key.substring(1, key.length() - 1);
+		String json = body == null || body.length == 0 ? "null" : new String(body, StandardCharsets.UTF_8);
+		try (Connection c = dataSource.getConnection()) {
+			c.setAutoCommit(false);
+			try {
+				String outcome;
+				int status;
+				String response;
+				try (PreparedStatement st = c.prepareStatement("SELECT outcome, response_status, response::text "
+					+ "FROM idem_reserve('bench-by-hand', ?, jsonb_build_object('method', 'POST', 'path', ?::text, "
+					+ "'body', ?::jsonb), scope => ?)")) {
+					st.setString(1, key);
+					st.setString(2, request.getRequestURI());
+					st.setString(3, json);
+					st.setString(4, scope);
+					try (ResultSet rs = st.executeQuery()) {
+						rs.next();
+						outcome = rs.getString(1);
+						status = rs.getInt(2);
+						response = rs.getString(3);
+					}
+				}
+				if (!outcome.equals("new")) {
+					c.rollback();
+					return switch (outcome) {
+						case "replay" -> ResponseEntity.status(status).header("Idempotent-Replayed", "true")
+							.contentType(MediaType.APPLICATION_JSON).body(response);
+						case "mismatch" -> plain(422, "{\"code\": \"mismatch\"}");
+						default -> plain(409, "{\"code\": \"" + outcome + "\"}");
+					};
+				}
+				long id;
+				try (PreparedStatement st = c.prepareStatement("INSERT INTO bench_effects (k) VALUES (?) RETURNING id")) {
+					st.setString(1, key);
+					try (ResultSet rs = st.executeQuery()) {
+						rs.next();
+						id = rs.getLong(1);
+					}
+				}
+				String answer = "{\"id\": " + id + "}";
+				try (PreparedStatement st = c.prepareStatement(
+					"SELECT idem_complete('bench-by-hand', ?, ?::jsonb, 201, scope => ?)")) {
+					st.setString(1, key);
+					st.setString(2, answer);
+					st.setString(3, scope);
+					st.execute();
+				}
+				c.commit();
+				return plain(201, answer);
+			} catch (SQLException | RuntimeException e) {
+				c.rollback();
+				throw e;
+			} finally {
+				c.setAutoCommit(true);
+			}
+		}
+	}
+
+	private static ResponseEntity<String> plain(int status, String json) {
+		return ResponseEntity.status(status).contentType(MediaType.APPLICATION_JSON).body(json);
+	}
+}

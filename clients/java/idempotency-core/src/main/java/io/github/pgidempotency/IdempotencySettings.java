@@ -1,0 +1,197 @@
+package io.github.pgidempotency;
+
+import java.time.Duration;
+import java.util.Collection;
+import java.util.LinkedHashSet;
+import java.util.Locale;
+import java.util.Set;
+
+/**
+ * The settings every library has (doc/clients.md, "Settings every library
+ * has"), immutable; the per-route ones ({@link Route}) override the
+ * defaults held here. The scope function belongs to the framework
+ * integration and has no default.
+ *
+ * <pre>{@code
+ * IdempotencySettings settings = IdempotencySettings.builder()
+ *     .ttl(Duration.ofHours(24))
+ *     .replayHeaders("content-type", "location", "etag")
+ *     .build();
+ * }</pre>
+ */
+public final class IdempotencySettings {
+	private final Duration ttl;
+	private final boolean keyRequired;
+	private final Set<String> replayHeaders;
+	private final StatusSet retryableStatuses;
+	private final ProblemMapping mapping;
+	private final int retryAfterSeconds;
+
+	private IdempotencySettings(Builder b) {
+		this.ttl = checkTtl(b.ttl);
+		this.keyRequired = b.keyRequired;
+		this.replayHeaders = Set.copyOf(b.replayHeaders);
+		this.retryableStatuses = b.retryableStatuses;
+		this.mapping = b.mapping;
+		if (b.retryAfterSeconds < 0)
+			throw new IllegalArgumentException("retry-after must be 0 seconds or more");
+		this.retryAfterSeconds = b.retryAfterSeconds;
+	}
+
+	/** @return the defaults */
+	public static IdempotencySettings defaults() {
+		return builder().build();
+	}
+
+	/** @return a builder holding the defaults */
+	public static Builder builder() {
+		return new Builder();
+	}
+
+	/** @return a builder holding these settings */
+	public Builder toBuilder() {
+		Builder b = new Builder();
+		b.ttl = ttl;
+		b.keyRequired = keyRequired;
+		b.replayHeaders.clear();
+		b.replayHeaders.addAll(replayHeaders);
+		b.retryableStatuses = retryableStatuses;
+		b.mapping = mapping;
+		b.retryAfterSeconds = retryAfterSeconds;
+		return b;
+	}
+
+	/** @return the default ttl, or {@code null} for the server's {@code idempotency.default_ttl} */
+	public Duration ttl() {
+		return ttl;
+	}
+
+	/** @return whether a missing key is 400 by default */
+	public boolean keyRequired() {
+		return keyRequired;
+	}
+
+	/** @return the lower-case names of the headers stored and replayed */
+	public Set<String> replayHeaders() {
+		return replayHeaders;
+	}
+
+	/** @return the handler statuses that roll back instead of completing */
+	public StatusSet retryableStatuses() {
+		return retryableStatuses;
+	}
+
+	/** @return the status and {@code Retry-After} of each case */
+	public ProblemMapping mapping() {
+		return mapping;
+	}
+
+	/** @return the {@code Retry-After} seconds of the cases that have one */
+	public int retryAfterSeconds() {
+		return retryAfterSeconds;
+	}
+
+	/** A ttl must be positive; null is the server's default. */
+	static Duration checkTtl(Duration ttl) {
+		if (ttl != null && (ttl.isNegative() || ttl.isZero()))
+			throw new IllegalArgumentException("ttl must be positive, not " + ttl);
+		return ttl;
+	}
+
+	/** Builds {@link IdempotencySettings}. */
+	public static final class Builder {
+		private Duration ttl;
+		private boolean keyRequired = true;
+		private final Set<String> replayHeaders = new LinkedHashSet<>(ResponseEnvelope.defaultReplayHeaders());
+		private StatusSet retryableStatuses = StatusSet.defaultRetryable();
+		private ProblemMapping mapping = ProblemMapping.defaults();
+		private int retryAfterSeconds = 1;
+
+		private Builder() {
+		}
+
+		/**
+		 * How long a completed record replays, from its completion.
+		 *
+		 * @param ttl a positive duration, or {@code null} for the server's default
+		 * @return this builder
+		 */
+		public Builder ttl(Duration ttl) {
+			this.ttl = ttl;
+			return this;
+		}
+
+		/**
+		 * Whether a missing key is 400 {@code missing-key} (the default) or runs
+		 * the handler without idempotency.
+		 *
+		 * @param keyRequired whether the key is required
+		 * @return this builder
+		 */
+		public Builder keyRequired(boolean keyRequired) {
+			this.keyRequired = keyRequired;
+			return this;
+		}
+
+		/**
+		 * The allow-list of headers stored and replayed (replaces it).
+		 *
+		 * @param names header names, in any case
+		 * @return this builder
+		 */
+		public Builder replayHeaders(Collection<String> names) {
+			replayHeaders.clear();
+			for (String n : names)
+				replayHeaders.add(n.trim().toLowerCase(Locale.ROOT));
+			return this;
+		}
+
+		/**
+		 * The allow-list of headers stored and replayed (replaces it).
+		 *
+		 * @param names header names, in any case
+		 * @return this builder
+		 */
+		public Builder replayHeaders(String... names) {
+			return replayHeaders(java.util.List.of(names));
+		}
+
+		/**
+		 * The handler statuses that roll back instead of completing.
+		 *
+		 * @param statuses the set, such as {@code StatusSet.parse("5xx, 408, 429")}
+		 * @return this builder
+		 */
+		public Builder retryableStatuses(StatusSet statuses) {
+			this.retryableStatuses = java.util.Objects.requireNonNull(statuses);
+			return this;
+		}
+
+		/**
+		 * The status and {@code Retry-After} of each case.
+		 *
+		 * @param mapping the mapping
+		 * @return this builder
+		 */
+		public Builder mapping(ProblemMapping mapping) {
+			this.mapping = java.util.Objects.requireNonNull(mapping);
+			return this;
+		}
+
+		/**
+		 * The {@code Retry-After} seconds of the cases that have one.
+		 *
+		 * @param seconds 0 or more (default 1)
+		 * @return this builder
+		 */
+		public Builder retryAfterSeconds(int seconds) {
+			this.retryAfterSeconds = seconds;
+			return this;
+		}
+
+		/** @return the settings */
+		public IdempotencySettings build() {
+			return new IdempotencySettings(this);
+		}
+	}
+}

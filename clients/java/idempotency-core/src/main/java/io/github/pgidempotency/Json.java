@@ -1,0 +1,68 @@
+package io.github.pgidempotency;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+
+import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.json.JsonReadFeature;
+import com.fasterxml.jackson.databind.DeserializationFeature;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.json.JsonMapper;
+import com.fasterxml.jackson.databind.cfg.JsonNodeFeature;
+
+/** The strict JSON reader and writer the library uses (RFC 8259, exact numbers). */
+final class Json {
+	static final ObjectMapper MAPPER = JsonMapper.builder()
+		.disable(JsonNodeFeature.STRIP_TRAILING_BIGDECIMAL_ZEROES)
+		.enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS)
+		.enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
+		.disable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS)
+		.build();
+
+	private Json() {
+	}
+
+	/** The value of a JSON text, or null where it is not one. */
+	static JsonNode parseOrNull(byte[] text) {
+		if (text == null || text.length == 0)
+			return null;
+		try {
+			return MAPPER.readTree(text);
+		} catch (IOException e) {
+			return null;
+		}
+	}
+
+	/** A JSON value as UTF-8. */
+	static byte[] bytes(JsonNode node) {
+		try {
+			return MAPPER.writeValueAsBytes(node);
+		} catch (JsonProcessingException e) {
+			throw new UncheckedIOException(e);
+		}
+	}
+
+	/** A JSON value as text. */
+	static String text(JsonNode node) {
+		try {
+			return MAPPER.writeValueAsString(node);
+		} catch (JsonProcessingException e) {
+			throw new UncheckedIOException(e);
+		}
+	}
+
+	/** Whether a Content-Type names JSON: application/json or a +json subtype. */
+	static boolean isJsonMediaType(String contentType) {
+		if (contentType == null)
+			return false;
+		int semi = contentType.indexOf(';');
+		String media = (semi < 0 ? contentType : contentType.substring(0, semi)).trim()
+			.toLowerCase(java.util.Locale.ROOT);
+		int slash = media.indexOf('/');
+		if (slash <= 0 || slash == media.length() - 1)
+			return false;
+		String subtype = media.substring(slash + 1);
+		return media.equals("application/json") || subtype.endsWith("+json");
+	}
+}

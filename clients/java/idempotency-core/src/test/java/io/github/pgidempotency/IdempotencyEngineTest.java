@@ -1,0 +1,380 @@
+package io.github.pgidempotency;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import com.zaxxer.hikari.HikariDataSource;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/** The engine against the real extension: every row of the mapping, counted in the database. */
+class IdempotencyEngineTest {
+	private static final String BODY = "{\"order_id\": \"o-1\", \"amount\": 100}";
+
+	private IdempotencyEngine engine;
+	private String key;
+	private final AtomicInteger calls = new AtomicInteger();
+
+	@BeforeAll
+	static void schema() {
+		TestDb.sql("CREATE TABLE IF NOT EXISTS engine_effects (id bigserial PRIMARY KEY, k text NOT NULL, scope text)");
+	}
+
+	@BeforeEach
+	void setUp() {
+		engine = new IdempotencyEngine(IdempotencySettings.defaults(), new JdbcTransactionRunner(TestDb.pool()));
+		key = "k-" + UUID.randomUUID();
+	}
+
+	private static IncomingRequest request(String keyField, String body) {
+		return new IncomingRequest("POST", "/payments", keyField == null ? List.of() : List.of(keyField),
+			"application/json", body == null ? null : body.getBytes(StandardCharsets.UTF_8));
+	}
+
+	/** A handler that inserts one effect on the key's connection and answers 201. */
+	private IdempotencyEngine.Handler insert(String scope, int status) {
+		return c -> {
+			calls.incrementAndGet();
+			long id;
+			try (PreparedStatement st = c.prepareStatement(
+				"INSERT INTO engine_effects (k, scope) VALUES (?, ?) RETURNING id")) {
+				st.setString(1, key);
+				st.setString(2, scope);
+				try (ResultSet rs = st.executeQuery()) {
+					rs.next();
+					id = rs.getLong(1);
+				}
+			}
+			return new CapturedResponse(status, Map.of("Content-Type", List.of("application/json"),
+				"Location", List.of("/payments/" + id), "X-Private", List.of("no")),
+				("{\"id\": " + id + "}").getBytes(StandardCharsets.UTF_8));
+		};
+	}
+
+	private IdempotencyResult run(String scope, String body, IdempotencyEngine.Handler handler) {
+		return engine.execute(request(key, body), Route.named("create-payment"), () -> scope, handler);
+	}
+
+	private long effects() {
+		return TestDb.count("SELECT count(*) FROM engine_effects WHERE k = ?", key);
+	}
+
+	private long records() {
+		return TestDb.count("SELECT count(*) FROM idem_keys WHERE key = ?", key);
+	}
+
+	private static Problem problem(IdempotencyResult r) {
+		return assertInstanceOf(IdempotencyResult.Refused.class, r).problem();
+	}
+
+	@Test
+	void newThenReplayWithStatusHeadersAndBody() {
+		IdempotencyResult first = run("acct-a", BODY, insert("acct-a", 201));
+		IdempotencyResult.Handled h = assertInstanceOf(IdempotencyResult.Handled.class, first);
+		assertTrue(h.completed());
+		assertEquals(201, h.status());
+		assertEquals("completed:201", TestDb.value(
+			"SELECT status || ':' || response_status FROM idem_keys WHERE key = ? AND scope = 'acct-a'"
+				+ " AND operation = 'create-payment'", key));
+
+		IdempotencyResult second = run("acct-a", "{\"amount\": 100.0, \"order_id\": \"o-1\"}", insert("acct-a", 201));
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class, second).response();
+		assertEquals(201, s.status());
+		assertEquals(h.response().header("location"), s.headers().get("location"));
+		assertEquals("application/json", s.headers().get("content-type"));
+		assertNull(s.headers().get("x-private"));
+		assertEquals(TestDb.value("SELECT (response -> 'body')::text FROM idem_keys WHERE key = ?", key),
+			new String(s.body(), StandardCharsets.UTF_8));
+		assertEquals(1, calls.get());
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void quotedAndBareKeyAreOneKey() {
+		engine.execute(request("\"" + key + "\"", BODY), Route.named("create-payment"), () -> "acct-a",
+			insert("acct-a", 201));
+		IdempotencyResult r = engine.execute(request(key, BODY), Route.named("create-payment"), () -> "acct-a",
+			insert("acct-a", 201));
+		assertInstanceOf(IdempotencyResult.Replayed.class, r);
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void anotherScopeCannotReplayTheKey() {
+		run("acct-a", BODY, insert("acct-a", 201));
+		IdempotencyResult b = run("acct-b", BODY, insert("acct-b", 201));
+		assertInstanceOf(IdempotencyResult.Handled.class, b);
+		assertEquals(2, effects());
+		assertEquals(1, TestDb.count("SELECT count(*) FROM engine_effects WHERE k = ? AND scope = 'acct-b'", key));
+		assertEquals(2, records());
+	}
+
+	@Test
+	void mismatchIs422() {
+		run("acct-a", BODY, insert("acct-a", 201));
+		Problem p = problem(run("acct-a", "{\"order_id\": \"o-1\", \"amount\": 99}", insert("acct-a", 201)));
+		assertEquals(422, p.status());
+		assertEquals(ProblemCode.MISMATCH, p.code());
+		assertNull(p.retryAfter());
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void inProgressIs409WithRetryAfter() throws SQLException {
+		try (Connection other = TestDb.pool().getConnection()) {
+			other.setAutoCommit(false);
+			try (PreparedStatement st = other.prepareStatement(IdempotencyEngine.RESERVE)) {
+				st.setString(1, "create-payment");
+				st.setString(2, key);
+				st.setString(3, RequestDocument.build("POST", "/payments", "application/json",
+					BODY.getBytes(StandardCharsets.UTF_8), List.of()));
+				st.setString(4, "acct-a");
+				st.setNull(5, java.sql.Types.VARCHAR);
+				st.executeQuery().close();
+			}
+			Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+			assertEquals(409, p.status());
+			assertEquals(ProblemCode.IN_PROGRESS, p.code());
+			assertEquals(1, p.retryAfter());
+			assertTrue(new String(p.body(), StandardCharsets.UTF_8).contains("\"type\":\""
+				+ ProblemCode.TYPE_BASE + "in-progress\""));
+			other.rollback();
+		}
+		assertEquals(0, calls.get());
+		assertEquals(0, records());
+	}
+
+	@Test
+	void stuckIs409() {
+		TestDb.sql("SELECT outcome FROM idem_reserve('create-payment', ?, ?::jsonb, scope => 'acct-a')", key,
+			RequestDocument.build("POST", "/payments", "application/json", BODY.getBytes(StandardCharsets.UTF_8), List.of()));
+		TestDb.sql("UPDATE idem_keys SET updated_at = updated_at - interval '1 day' WHERE key = ?", key);
+		Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+		assertEquals(409, p.status());
+		assertEquals(ProblemCode.STUCK, p.code());
+		assertEquals(1, p.retryAfter());
+		assertEquals(0, effects());
+	}
+
+	@Test
+	void handlerErrorRollsBackAndTheRetryRunsAgain() {
+		Problem p = problem(run("acct-a", BODY, c -> {
+			insert("acct-a", 201).handle(c);
+			throw new IllegalStateException("the processor is down: secret detail");
+		}));
+		assertEquals(500, p.status());
+		assertEquals(ProblemCode.INTERNAL_ERROR, p.code());
+		assertTrue(!new String(p.body(), StandardCharsets.UTF_8).contains("secret"));
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		assertInstanceOf(IdempotencyResult.Handled.class, run("acct-a", BODY, insert("acct-a", 201)));
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void retryableStatusRollsBackAndSendsTheHandlersAnswer() {
+		IdempotencyResult r = run("acct-a", BODY, insert("acct-a", 503));
+		IdempotencyResult.Handled h = assertInstanceOf(IdempotencyResult.Handled.class, r);
+		assertEquals(503, h.status());
+		assertTrue(!h.completed());
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		for (int status : new int[] {408, 429, 500}) {
+			assertEquals(status, run("acct-a", BODY, insert("acct-a", status)).status());
+			assertEquals(0, records());
+		}
+	}
+
+	@Test
+	void finalFailureIsCompletedAndReplayed() {
+		assertEquals(402, run("acct-a", BODY, insert("acct-a", 402)).status());
+		IdempotencyResult r = run("acct-a", BODY, insert("acct-a", 402));
+		assertEquals(402, assertInstanceOf(IdempotencyResult.Replayed.class, r).status());
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void retryableStatusesAreASetting() {
+		engine = new IdempotencyEngine(IdempotencySettings.builder().retryableStatuses(StatusSet.parse("402")).build(),
+			new JdbcTransactionRunner(TestDb.pool()));
+		run("acct-a", BODY, insert("acct-a", 402));
+		assertEquals(0, records());
+		run("acct-a", BODY, insert("acct-a", 503));
+		assertEquals(1, records());
+	}
+
+	@Test
+	void missingKeyIs400OrRunsWithoutIdempotency() {
+		Problem p = problem(engine.execute(request(null, BODY), Route.named("create-payment"), () -> "acct-a",
+			insert("acct-a", 201)));
+		assertEquals(400, p.status());
+		assertEquals(ProblemCode.MISSING_KEY, p.code());
+		IdempotencyResult r = engine.execute(request(null, BODY), Route.named("create-payment").withKeyRequired(false),
+			() -> "acct-a", c -> {
+				calls.incrementAndGet();
+				assertNull(c);
+				return new CapturedResponse(200, Map.of(), null);
+			});
+		assertEquals(200, r.status());
+		assertEquals(1, calls.get());
+	}
+
+	@Test
+	void malformedKeyAndTwoFieldsAre400() {
+		IdempotencyResult r = engine.execute(new IncomingRequest("POST", "/p", List.of("a", "b"), null, null),
+			Route.defaults(), () -> "acct-a", insert("acct-a", 201));
+		assertEquals(ProblemCode.INVALID_KEY, problem(r).code());
+		assertEquals(400, r.status());
+		r = engine.execute(request("\"bad\\n\"", BODY), Route.defaults(), () -> "acct-a", insert("acct-a", 201));
+		assertEquals(ProblemCode.INVALID_KEY, problem(r).code());
+		assertEquals(0, calls.get());
+	}
+
+	@Test
+	void noPrincipalIs401() {
+		for (String scope : new String[] {null, ""}) {
+			Problem p = problem(run(scope, BODY, insert("acct-a", 201)));
+			assertEquals(401, p.status());
+			assertEquals(ProblemCode.UNAUTHENTICATED, p.code());
+		}
+		assertEquals(0, calls.get());
+	}
+
+	@Test
+	void extensionsArgumentErrorIs400WithItsMessage() {
+		key = "k".repeat(256);
+		Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+		assertEquals(400, p.status());
+		assertEquals(ProblemCode.INVALID_REQUEST, p.code());
+		assertTrue(p.detail().contains("argument \"key\""), p.detail());
+		key = "chave-\u00e9";
+		p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+		assertEquals("argument \"key\" contains a character outside printable ASCII", p.detail());
+		assertEquals(0, calls.get());
+	}
+
+	@Test
+	void subsetOnNonJsonBodyIs400() {
+		IdempotencyResult r = engine.execute(new IncomingRequest("POST", "/p", List.of(key), "text/plain",
+			"x".getBytes(StandardCharsets.UTF_8)), Route.defaults().withFingerprint("/a"), () -> "acct-a",
+			insert("acct-a", 201));
+		assertEquals(ProblemCode.INVALID_REQUEST, problem(r).code());
+		assertEquals(400, r.status());
+	}
+
+	@Test
+	void defaultOperationIsMethodAndPath() {
+		engine.execute(request(key, BODY), Route.defaults(), () -> "acct-a", insert("acct-a", 201));
+		assertEquals("POST /payments", TestDb.value("SELECT operation FROM idem_keys WHERE key = ?", key));
+	}
+
+	@Test
+	void serializationFailureAndDeadlockAre503Retry() {
+		for (String state : new String[] {"40001", "40P01"}) {
+			Problem p = problem(run("acct-a", BODY, c -> {
+				insert("acct-a", 201).handle(c);
+				try (PreparedStatement st = c.prepareStatement(
+					"DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '" + state + "'; END $$")) {
+					st.execute();
+				}
+				return null;
+			}));
+			assertEquals(503, p.status());
+			assertEquals(ProblemCode.RETRY, p.code());
+			assertEquals(1, p.retryAfter());
+		}
+		assertEquals(0, effects());
+		assertEquals(0, records());
+	}
+
+	@Test
+	void readOnlyIs503AndReplaysStillAnswer() {
+		run("acct-a", BODY, insert("acct-a", 201));
+		try (HikariDataSource ro = TestDb.pool(TestDb.URL, "SET default_transaction_read_only = on")) {
+			IdempotencyEngine roEngine = new IdempotencyEngine(IdempotencySettings.defaults(), new JdbcTransactionRunner(ro));
+			IdempotencyResult replay = roEngine.execute(request(key, BODY), Route.named("create-payment"),
+				() -> "acct-a", insert("acct-a", 201));
+			assertInstanceOf(IdempotencyResult.Replayed.class, replay);
+			String fresh = key + "-new";
+			Problem p = problem(roEngine.execute(request(fresh, BODY), Route.named("create-payment"),
+				() -> "acct-a", insert("acct-a", 201)));
+			assertEquals(503, p.status());
+			assertEquals(ProblemCode.READ_ONLY, p.code());
+			assertEquals(1, p.retryAfter());
+			assertEquals(0, TestDb.count("SELECT count(*) FROM idem_keys WHERE key = ?", fresh));
+		}
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void higherEnvelopeVersionIs500() {
+		TestDb.sql("SELECT outcome FROM idem_reserve('create-payment', ?, ?::jsonb, scope => 'acct-a')", key,
+			RequestDocument.build("POST", "/payments", "application/json", BODY.getBytes(StandardCharsets.UTF_8), List.of()));
+		TestDb.sql("SELECT idem_complete('create-payment', ?, '{\"v\": 2, \"body\": {}}', 201, scope => 'acct-a')", key);
+		Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+		assertEquals(500, p.status());
+		assertEquals(ProblemCode.UNSUPPORTED_ENVELOPE, p.code());
+	}
+
+	@Test
+	void recordCompletedByPlainSqlReplaysAsJson() {
+		TestDb.sql("SELECT outcome FROM idem_reserve('create-payment', ?, ?::jsonb, scope => 'acct-a')", key,
+			RequestDocument.build("POST", "/payments", "application/json", BODY.getBytes(StandardCharsets.UTF_8), List.of()));
+		TestDb.sql("SELECT idem_complete('create-payment', ?, '{\"id\": \"pay_1\"}', 201, scope => 'acct-a')", key);
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class,
+			run("acct-a", BODY, insert("acct-a", 201))).response();
+		assertEquals("application/json", s.headers().get("content-type"));
+		assertArrayEquals("{\"id\": \"pay_1\"}".getBytes(StandardCharsets.UTF_8), s.body());
+	}
+
+	@Test
+	void mappingAndRetryAfterAreData() {
+		engine = new IdempotencyEngine(IdempotencySettings.builder()
+			.mapping(ProblemMapping.defaults().toBuilder().entry(ProblemCode.MISMATCH, 409, true).build())
+			.retryAfterSeconds(7).build(), new JdbcTransactionRunner(TestDb.pool()));
+		run("acct-a", BODY, insert("acct-a", 201));
+		Problem p = problem(run("acct-a", "{\"amount\": 5}", insert("acct-a", 201)));
+		assertEquals(409, p.status());
+		assertEquals(7, p.retryAfter());
+		assertEquals("7", p.headers().get("retry-after"));
+		assertEquals("application/problem+json", p.headers().get("content-type"));
+	}
+
+	@Test
+	void ttlIsPassedToTheReservation() {
+		engine.execute(request(key, BODY), Route.named("create-payment").withTtl(Duration.ofMinutes(90)),
+			() -> "acct-a", insert("acct-a", 201));
+		assertEquals("01:30:00", TestDb.value("SELECT (expires_at - updated_at)::text FROM idem_keys WHERE key = ?", key));
+	}
+
+	@Test
+	void versionCheck() throws SQLException {
+		assertTrue(VersionCheck.compare(VersionCheck.require(TestDb.pool()), "0.2.0") >= 0);
+		try (HikariDataSource none = TestDb.pool(TestDb.sibling("_noext"), null)) {
+			IllegalStateException e = assertThrows(IllegalStateException.class, () -> VersionCheck.require(none));
+			assertTrue(e.getMessage().contains("not installed"), e.getMessage());
+		}
+		try (HikariDataSource old = TestDb.pool(TestDb.sibling("_old"), null)) {
+			IllegalStateException e = assertThrows(IllegalStateException.class, () -> VersionCheck.require(old));
+			assertTrue(e.getMessage().contains("version 0.1.0"), e.getMessage());
+		}
+		assertTrue(VersionCheck.compare("0.10.0", "0.9.1") > 0);
+		assertEquals(0, VersionCheck.compare("0.2", "0.2.0"));
+	}
+}

@@ -1,0 +1,213 @@
+package io.github.pgidempotency.spring;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+import io.github.pgidempotency.IdempotencySettings;
+import io.github.pgidempotency.ProblemCode;
+import io.github.pgidempotency.ProblemMapping;
+import io.github.pgidempotency.StatusSet;
+import org.springframework.boot.context.properties.ConfigurationProperties;
+
+/**
+ * The {@code idempotency.*} properties: doc/clients.md's settings.
+ *
+ * <pre>
+ * idempotency.ttl=24h
+ * idempotency.replay-headers=content-type,location,etag
+ * idempotency.retryable-statuses=5xx,408,429
+ * idempotency.retry-after=2
+ * idempotency.mapping.in-progress.status=429
+ * idempotency.sql-states.22003=invalid-request
+ * </pre>
+ */
+@ConfigurationProperties(prefix = "idempotency")
+public class IdempotencyProperties {
+	/** Whether the auto-configuration is on. */
+	private boolean enabled = true;
+
+	/** How long a completed record replays, from its completion; unset: the server's idempotency.default_ttl. */
+	private Duration ttl;
+
+	/** Whether a missing Idempotency-Key is 400 missing-key (or runs the handler without idempotency). */
+	private boolean keyRequired = true;
+
+	/** The allow-list of response headers stored and replayed. */
+	private List<String> replayHeaders = new ArrayList<>(List.of("content-type", "location"));
+
+	/** Handler statuses that roll back instead of completing: codes and classes (5xx). */
+	private List<String> retryableStatuses = new ArrayList<>(List.of("5xx", "408", "429"));
+
+	/** The Retry-After seconds of the cases that have one. */
+	private int retryAfter = 1;
+
+	/** Changes to the mapping table, by problem code (in-progress, read-only, ...). */
+	private Map<String, Mapping> mapping = new LinkedHashMap<>();
+
+	/** More SQLSTATEs mapped to a problem code (22003=invalid-request). */
+	private Map<String, String> sqlStates = new LinkedHashMap<>();
+
+	/** Whether start-up checks that the extension is installed at version 0.2.0 or later. */
+	private boolean checkVersion = true;
+
+	/** The order of the servlet filter (after Spring Security's, at -100). */
+	private int filterOrder = 0;
+
+	/** One row of the mapping table. */
+	public static class Mapping {
+		/** The HTTP status of the case; unset: as it is. */
+		private Integer status;
+
+		/** Whether the case sends Retry-After; unset: as it is. */
+		private Boolean retryAfter;
+
+		/** @return the status, or null */
+		public Integer getStatus() {
+			return status;
+		}
+
+		/** @param status the status */
+		public void setStatus(Integer status) {
+			this.status = status;
+		}
+
+		/** @return whether it sends Retry-After, or null */
+		public Boolean getRetryAfter() {
+			return retryAfter;
+		}
+
+		/** @param retryAfter whether it sends Retry-After */
+		public void setRetryAfter(Boolean retryAfter) {
+			this.retryAfter = retryAfter;
+		}
+	}
+
+	/**
+	 * The core settings these properties describe.
+	 *
+	 * @return the settings
+	 * @throws IllegalArgumentException for a bad value
+	 */
+	public IdempotencySettings toSettings() {
+		ProblemMapping.Builder m = ProblemMapping.defaults().toBuilder();
+		ProblemMapping defaults = ProblemMapping.defaults();
+		mapping.forEach((code, row) -> {
+			ProblemCode c = ProblemCode.of(code);
+			ProblemMapping.Entry d = defaults.entry(c);
+			m.entry(c, row.status != null ? row.status : d.status(),
+				row.retryAfter != null ? row.retryAfter : d.retryAfter());
+		});
+		sqlStates.forEach((state, code) -> m.sqlState(state, ProblemCode.of(code)));
+		return IdempotencySettings.builder()
+			.ttl(ttl)
+			.keyRequired(keyRequired)
+			.replayHeaders(replayHeaders)
+			.retryableStatuses(StatusSet.parse(retryableStatuses))
+			.retryAfterSeconds(retryAfter)
+			.mapping(m.build())
+			.build();
+	}
+
+	/** @return whether the auto-configuration is on */
+	public boolean isEnabled() {
+		return enabled;
+	}
+
+	/** @param enabled whether the auto-configuration is on */
+	public void setEnabled(boolean enabled) {
+		this.enabled = enabled;
+	}
+
+	/** @return the ttl, or null */
+	public Duration getTtl() {
+		return ttl;
+	}
+
+	/** @param ttl the ttl */
+	public void setTtl(Duration ttl) {
+		this.ttl = ttl;
+	}
+
+	/** @return whether the key is required */
+	public boolean isKeyRequired() {
+		return keyRequired;
+	}
+
+	/** @param keyRequired whether the key is required */
+	public void setKeyRequired(boolean keyRequired) {
+		this.keyRequired = keyRequired;
+	}
+
+	/** @return the replay allow-list */
+	public List<String> getReplayHeaders() {
+		return replayHeaders;
+	}
+
+	/** @param replayHeaders the replay allow-list */
+	public void setReplayHeaders(List<String> replayHeaders) {
+		this.replayHeaders = replayHeaders;
+	}
+
+	/** @return the retryable statuses */
+	public List<String> getRetryableStatuses() {
+		return retryableStatuses;
+	}
+
+	/** @param retryableStatuses the retryable statuses */
+	public void setRetryableStatuses(List<String> retryableStatuses) {
+		this.retryableStatuses = retryableStatuses;
+	}
+
+	/** @return the Retry-After seconds */
+	public int getRetryAfter() {
+		return retryAfter;
+	}
+
+	/** @param retryAfter the Retry-After seconds */
+	public void setRetryAfter(int retryAfter) {
+		this.retryAfter = retryAfter;
+	}
+
+	/** @return the mapping changes */
+	public Map<String, Mapping> getMapping() {
+		return mapping;
+	}
+
+	/** @param mapping the mapping changes */
+	public void setMapping(Map<String, Mapping> mapping) {
+		this.mapping = mapping;
+	}
+
+	/** @return the extra SQLSTATEs */
+	public Map<String, String> getSqlStates() {
+		return sqlStates;
+	}
+
+	/** @param sqlStates the extra SQLSTATEs */
+	public void setSqlStates(Map<String, String> sqlStates) {
+		this.sqlStates = sqlStates;
+	}
+
+	/** @return whether start-up checks the version */
+	public boolean isCheckVersion() {
+		return checkVersion;
+	}
+
+	/** @param checkVersion whether start-up checks the version */
+	public void setCheckVersion(boolean checkVersion) {
+		this.checkVersion = checkVersion;
+	}
+
+	/** @return the filter's order */
+	public int getFilterOrder() {
+		return filterOrder;
+	}
+
+	/** @param filterOrder the filter's order */
+	public void setFilterOrder(int filterOrder) {
+		this.filterOrder = filterOrder;
+	}
+}
