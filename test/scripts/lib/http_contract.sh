@@ -279,16 +279,17 @@ hc_open_writes() {
 		AND usename = 'idem_demo_app' AND backend_xid IS NOT NULL)"
 }
 
-# hc_storm KEYS CLIENTS: CLIENTS concurrent requests for each of KEYS keys,
-# all at once, each slowed so that they overlap; then each key's replay
+# hc_storm KEYS CLIENTS [PREFIX]: CLIENTS concurrent requests for each of
+# KEYS keys (PREFIX1, ...; storm- by default; the order_id is the key), all
+# at once, each slowed so that they overlap; then each key's replay
 hc_storm() {
-	local keys=$1 clients=$2 k i pids=() status fresh conflicts replays body
+	local keys=$1 clients=$2 p=${3:-storm-} k i pids=() status fresh conflicts replays body
 	for k in $(seq 1 "$keys"); do
-		body="{\"order_id\": \"storm-$k\", \"amount\": $((k * 100)), \"currency\": \"EUR\"}"
+		body="{\"order_id\": \"$p$k\", \"amount\": $((k * 100)), \"currency\": \"EUR\"}"
 		for i in $(seq 1 "$clients"); do
 			curl -sS -o "$HC_TMP/storm-b$k-$i" -D "$HC_TMP/storm-h$k-$i" -w '%{http_code}' \
 				--max-time 60 -X POST -H 'Content-Type: application/json' \
-				-H "Idempotency-Key: storm-$k" -H 'Authorization: Bearer token-storm' \
+				-H "Idempotency-Key: $p$k" -H 'Authorization: Bearer token-storm' \
 				-H 'X-Simulated-Latency-Ms: 500' --data "$body" \
 				"$HC_URL/payments" >"$HC_TMP/storm-s$k-$i" 2>&1 &
 			pids+=($!)
@@ -311,19 +312,21 @@ hc_storm() {
 				[ "$(hc_json code "$HC_TMP/storm-b$k-$i")" = in-progress ]; then
 				conflicts=$((conflicts + 1))
 			else
-				echo "storm-$k request $i: status $status, body $(cat "$HC_TMP/storm-b$k-$i" 2>/dev/null)"
+				echo "$p$k request $i: status $status, body $(cat "$HC_TMP/storm-b$k-$i" 2>/dev/null)"
 			fi
 		done
-		echo "storm-$k: $fresh made the payment, $conflicts got 409 in-progress, $replays got the replay"
-		ex_check "storm-$k: requests that made the payment" "$fresh" 1
-		ex_check "storm-$k: the others got 409 in-progress with Retry-After: 1, or the replay" \
+		echo "$p$k: $fresh made the payment, $conflicts got 409 in-progress, $replays got the replay"
+		ex_check "$p$k: requests that made the payment" "$fresh" 1
+		ex_check "$p$k: the others got 409 in-progress with Retry-After: 1, or the replay" \
 			"$((conflicts + replays))" "$((clients - 1))"
-		ex_check "storm-$k: payments in the database" "$(hc_payments "storm-$k")" 1
-		ex_check "storm-$k: its record" "$(ex_value "SELECT status || ':' || response_status FROM idem_keys WHERE key = 'storm-$k'")" \
+		ex_check "$p$k: payments in the database" "$(hc_payments "$p$k")" 1
+		ex_check "$p$k: its record" "$(ex_value "SELECT status || ':' || response_status FROM idem_keys WHERE key = '$p$k'")" \
 			completed:201
-		hc_post token-storm "storm-$k" \
-			"{\"currency\": \"EUR\", \"amount\": $((k * 100)), \"order_id\": \"storm-$k\"}" >/dev/null
-		[ -s "$HC_TMP/fresh$k.body" ] && hc_replayed "storm-$k: a later retry" "fresh$k"
+		hc_post token-storm "$p$k" \
+			"{\"currency\": \"EUR\", \"amount\": $((k * 100)), \"order_id\": \"$p$k\"}" >/dev/null
+		if [ -s "$HC_TMP/fresh$k.body" ]; then
+			hc_replayed "$p$k: a later retry" "fresh$k"
+		fi
 	done
 }
 
