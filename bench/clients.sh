@@ -63,7 +63,7 @@ RELAY=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 socat "TCP-LISTEN:$RELAY,bind=127.0.0.1,reuseaddr,fork" "UNIX-CONNECT:$PGHOST/.s.PGSQL.$PGPORT" &
 RELAY_PID=$!
 DEMO_PID=
-trap 'bench_rc=$?; [ -z "$DEMO_PID" ] || kill -KILL -- "-$DEMO_PID"; kill "$RELAY_PID"; exit $bench_rc' EXIT
+trap 'bench_rc=$?; set +e; [ -z "$DEMO_PID" ] || kill -KILL -- "-$DEMO_PID"; kill "$RELAY_PID"; exit $bench_rc' EXIT
 
 # demo_start LANGUAGE: its demo with --bench, as the application role
 demo_start() {

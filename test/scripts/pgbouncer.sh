@@ -76,15 +76,15 @@ bouncer_clients() {
 			END { print n + 0 }'
 }
 
-# through LANGUAGE [VAR=VALUE...]: the contract through the pooler, the
-# demo given the pooler's address and those variables
+# through LANGUAGE [ARGS...]: the contract through the pooler, the demo
+# given the pooler's address (HC_JDBC_URL for Java) and those arguments
 through() {
 	local lang=$1 clients servers
 	shift
 	echo "== $lang through transaction pooling"
 	ex_sql -c 'DELETE FROM idem_keys' -c 'TRUNCATE payments'
-	HC_DEMO_ENV=(PGHOST="$BDIR" PGPORT="$BPORT" "$@")
-	hc_start "$lang"
+	HC_DEMO_ENV=(PGHOST="$BDIR" PGPORT="$BPORT")
+	hc_start "$lang" "$@"
 	hc_contract
 	echo "== $lang: a storm of its own, to count the connections after it"
 	hc_storm 2 8 "pool-$lang-"
@@ -99,11 +99,12 @@ through() {
 	HC_DEMO_ENV=()
 }
 
-through python PSYCOPG_PREPARE_THRESHOLD=none
+through python --no-prepare
 through node
 go_toolchain "$(hc_client_dir go)"
 through go
-through java JDBC_URL="jdbc:postgresql://127.0.0.1:$BPORT/$PGDATABASE?user=idem_demo_app&prepareThreshold=0"
+HC_JDBC_URL="jdbc:postgresql://127.0.0.1:$BPORT/$PGDATABASE?user=idem_demo_app&prepareThreshold=0"
+through java
 ex_check "clients waiting for a server connection at the end" "$(bouncer_pool cl_waiting)" 0
 
 echo "== statement pooling: idem_call is one statement"
