@@ -16,11 +16,11 @@
 # Not a timed test: numbers vary by machine.
 #
 # Environment: BENCH_SECONDS (per wrk run, default 5), BENCH_ROUNDS
-# (default 3), BENCH_CONNECTIONS (default 4), BENCH_LANGS (default
+# (default 5), BENCH_CONNECTIONS (default 4), BENCH_LANGS (default
 # "python node go java"), IDEM_PG_CONFIG as for test/run.sh.
 
 BENCH_SECONDS=${BENCH_SECONDS:-5}
-BENCH_ROUNDS=${BENCH_ROUNDS:-3}
+BENCH_ROUNDS=${BENCH_ROUNDS:-5}
 BENCH_CONNECTIONS=${BENCH_CONNECTIONS:-4}
 BENCH_LANGS=${BENCH_LANGS:-python node go java}
 BDB=bench_clients
@@ -145,9 +145,15 @@ for lang in $BENCH_LANGS; do
 			-- new "warm-$lang-$route-$RANDOM" >/dev/null
 	done
 	for mode in new replay; do
+		# each side first in every other round
 		for round in $(seq 1 "$BENCH_ROUNDS"); do
-			run_wrk "$lang-$mode-by-hand" /bench/by-hand "$mode"
-			run_wrk "$lang-$mode-middleware" /bench/middleware "$mode"
+			if [ $((round % 2)) = 1 ]; then
+				run_wrk "$lang-$mode-by-hand" /bench/by-hand "$mode"
+				run_wrk "$lang-$mode-middleware" /bench/middleware "$mode"
+			else
+				run_wrk "$lang-$mode-middleware" /bench/middleware "$mode"
+				run_wrk "$lang-$mode-by-hand" /bench/by-hand "$mode"
+			fi
 		done
 		h=$lang-$mode-by-hand m=$lang-$mode-middleware
 		printf '| %s | %s | %s ms | %s ms | %s | %s ms | %s ms | %s | %s |\n' "$lang" "$mode" \
