@@ -5,9 +5,9 @@
 # 400s of the key parser, completed 400s, 201 with Location and its replay
 # under the quoted and the bare key, 422, scopes, 402, a handler error that
 # rolls back, a dropped response, a storm of concurrent duplicates over
-# several keys, a stuck key, a crash after the commit and one before it)
-# and counts the payments and the records in the database.  Sourced after
-# test/scripts/lib/examples.sh.
+# several keys, a stuck key, a crash between the commit and the answer, one
+# before the commit) and counts the payments and the records in the
+# database.  Sourced after test/scripts/lib/examples.sh.
 #
 # The demos are run from clients/<language>/demo/start.sh of this tree, or
 # of ${IDEM_CLIENTS_FROM}/<language> when that is set (development only).
@@ -515,31 +515,46 @@ SQL
 	hc_log_on_failure
 }
 
-# A crash between the effect and the answer: the demo is killed (SIGKILL)
-# as soon as the payment is visible in the database, before or while it
-# answers; started again, it replays the answer to the retry
+# A crash between the effect and the answer.  A deferred trigger holds the
+# demo's COMMIT on an advisory lock of ours; once its backend waits there,
+# the demo is stopped (SIGSTOP), the lock released, the commit seen in the
+# database, and the demo killed (SIGKILL): the payment and its record are
+# committed and the client never got the answer.  Started again, the demo
+# replays it to the retry.
 hc_crash_after_commit() {
-	local body='{"order_id": "order-6", "amount": 6000, "currency": "BRL"}' got
-	echo "== a crash between the effect and the answer (SIGKILL once the payment committed)"
-	curl -sS -o "$HC_TMP/crash-body" -w '%{http_code}' --max-time 30 -X POST \
+	local body='{"order_id": "order-6", "amount": 6000, "currency": "BRL"}' got client holder
+	echo "== a crash between the effect and the answer (the demo stopped in its COMMIT, then killed)"
+	ex_sql <<'SQL'
+CREATE FUNCTION hc_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM pg_advisory_xact_lock_shared(4242);
+	RETURN NULL;
+END
+$$;
+CREATE CONSTRAINT TRIGGER hc_hold AFTER INSERT ON payments DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW WHEN (NEW.order_id = 'order-6') EXECUTE FUNCTION hc_hold();
+SQL
+	PGAPPNAME=hc_holder psql -X -q -c 'SELECT pg_advisory_lock(4242), pg_sleep(300)' >/dev/null 2>&1 &
+	holder=$!
+	ex_wait_for "the lock to be held" "SELECT EXISTS (SELECT FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		WHERE l.locktype = 'advisory' AND l.granted AND a.application_name = 'hc_holder')" || true
+	curl -sS -o "$HC_TMP/crash-body" -w '%{http_code}' --max-time 60 -X POST \
 		-H 'Content-Type: application/json' -H 'Authorization: Bearer token-a' \
-		-H 'Idempotency-Key: key-6' -H 'X-Simulated-Latency-Ms: 1000' --data "$body" \
+		-H 'Idempotency-Key: key-6' --data "$body" \
 		"$HC_URL/payments" >"$HC_TMP/crash-status" 2>/dev/null &
-	local client=$!
-	# Each query of the loop sees the commits before it: it returns within
-	# a few milliseconds of the payment's commit
-	ex_sql -c "DO \$\$
-		BEGIN
-			FOR i IN 1..20000 LOOP
-				EXIT WHEN EXISTS (SELECT FROM payments WHERE order_id = 'order-6');
-				PERFORM pg_sleep(0.001);
-			END LOOP;
-		END
-		\$\$"
+	client=$!
+	ex_wait_for "the demo's COMMIT to wait for the lock" "SELECT EXISTS (SELECT FROM pg_stat_activity
+		WHERE datname = current_database() AND usename = 'idem_demo_app'
+		AND wait_event_type = 'Lock' AND wait_event = 'advisory')" || true
+	kill -STOP -- "-$HC_SERVER"
+	ex_value "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'hc_holder'" >/dev/null
+	wait "$holder" || true
+	ex_wait_for "the payment to commit" "SELECT EXISTS (SELECT FROM payments WHERE order_id = 'order-6')" || true
 	hc_kill
 	wait "$client" || true
 	got=$(cat "$HC_TMP/crash-status")
-	echo "the client got: $([ "$got" = 201 ] && echo "the answer (the demo answered before the SIGKILL landed)" || echo "no answer (status '$got')")"
+	ex_check "the client got no answer (curl's status 000)" "$got" 000
+	ex_sql -c 'DROP TRIGGER hc_hold ON payments' -c 'DROP FUNCTION hc_hold()'
 	ex_check "the payment and its record committed together" \
 		"$(hc_payments order-6):$(ex_value "SELECT status || ':' || response_status FROM idem_keys WHERE key = 'key-6'")" \
 		1:completed:201
