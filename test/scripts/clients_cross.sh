@@ -85,8 +85,9 @@ for r in "${LANGS[@]}"; do
 	ex_check "... a JSON body" "$(hc_media):$(hc_canon)" 'application/json:{"by":"SQL","id":7,"status":"paid"}'
 	ex_check "$r: a body_base64 envelope" \
 		"$(hc_post token-a sql-text '{"order_id": "sql-text", "amount": 1, "currency": "EUR"}')" 200
-	ex_check "... its headers" "$(hc_header Content-Type) $(hc_header Location)" \
-		"text/plain; charset=utf-8 /payments/7"
+	# Tomcat (Java) respells the parameters: text/plain;charset=utf-8
+	ex_check "... its headers" "$(hc_header Content-Type | sed 's/; */;/g' | tr 'A-Z' 'a-z') $(hc_header Location)" \
+		"text/plain;charset=utf-8 /payments/7"
 	ex_check "... its bytes" "$(base64 -w0 "$HC_TMP/body")" cGFpZCwgYnkgU1FMCg==
 	ex_check "$r: an envelope of version 2" \
 		"$(hc_post token-a sql-v2 '{"order_id": "sql-v2", "amount": 1, "currency": "EUR"}')" 500
