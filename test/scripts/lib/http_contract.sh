@@ -76,7 +76,9 @@ hc_package_tests() {
 # in a directory of ours, to the cluster's unix socket.
 hc_tcp() {
 	local dir i
-	if psql -X -q -h 127.0.0.1 -c 'SELECT 1' >/dev/null 2>&1; then
+	local id="SELECT system_identifier FROM pg_control_system()"
+	# the same server on both (another cluster may listen on that port)
+	if [ "$(psql -X -q -At -h 127.0.0.1 -c "$id" 2>/dev/null)" = "$(ex_value "$id")" ]; then
 		HC_TCP_HOST=127.0.0.1 HC_TCP_PORT=$PGPORT
 		HC_TEST_ENV=()
 		return 0
