@@ -42,12 +42,18 @@
 
 source "$(dirname "$0")/lib.sh"
 
-IDEM_PACKAGES+=(libipc-run-perl nodejs curl python3 python3-psycopg python3-psycopg-pool git)
-# The HTTP clients (test/scripts/client_*.sh, pgbouncer.sh); npm comes with
-# some nodejs builds
-IDEM_PACKAGES+=(golang-go golang-github-jackc-pgx-v4-dev default-jdk-headless
-	libpostgresql-jdbc-java socat pgbouncer)
+IDEM_PACKAGES+=(libipc-run-perl nodejs curl python3 python3-psycopg git)
+# The client libraries (clients/*/test.sh; their demos in client_*.sh,
+# clients_cross.sh, pgbouncer.sh): their dependencies come from PyPI, npm,
+# the Go module proxy and Maven Central into caches; socat relays TCP for
+# JDBC where the cluster has a unix socket only; npm comes with some nodejs
+# builds.  Go: any installed go (this image's /usr/local/go) is used, Go 1.21
+# and later fetching the toolchain clients/go/go.mod names themselves; with
+# none, Debian's golang-go (1.19, too old for pgx v5) only downloads that
+# toolchain through the module proxy (test/scripts/lib/go_toolchain.sh).
+IDEM_PACKAGES+=(python3-venv default-jdk-headless maven socat pgbouncer)
 command -v npm >/dev/null || IDEM_PACKAGES+=(npm)
+command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || IDEM_PACKAGES+=(golang-go)
 # The postgres_exporter queries file's check (test/scripts/monitoring_queries.sh)
 IDEM_PACKAGES+=(python3-yaml)
 

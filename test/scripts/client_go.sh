@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# examples/http/go: the Idempotency-Key service in Go (pgx v4), checked
-# against the HTTP contract (test/scripts/lib/http_contract.sh).  Built
-# offline from Debian's golang-github-jackc-pgx-v4-dev.
+# clients/go (pgx v5, net/http middleware): the package's own tests
+# (clients/go/test.sh: httptest, go vet), then its demo app (chi,
+# clients/go/demo) through the HTTP contract of doc/clients.md
+# (test/scripts/lib/http_contract.sh), and again on a read-only database.
+# The Go toolchain: test/scripts/lib/go_toolchain.sh.
 source test/scripts/lib/examples.sh
 source test/scripts/lib/http_contract.sh
+source test/scripts/lib/go_toolchain.sh
 hc_setup go
-hc_start_go
+go_toolchain "$(hc_client_dir go)"
+hc_package_tests go
+hc_start go
 hc_contract
 hc_stop
-hc_read_only hc_start_go
+hc_read_only
 ex_finish

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# examples/http/node: the Idempotency-Key service in Node.js
-# (node-postgres), checked against the HTTP contract
-# (test/scripts/lib/http_contract.sh).  Its dependencies come from its
-# package-lock.json (npm ci).
+# clients/node (npm pg-idempotency): the package's own tests
+# (clients/node/test.sh: Express through supertest, Fastify through inject,
+# tsc --noEmit, the npm tarball in a clean project), then its demo app
+# (Express, clients/node/demo) through the HTTP contract of doc/clients.md
+# (test/scripts/lib/http_contract.sh), and again on a read-only database.
 source test/scripts/lib/examples.sh
 source test/scripts/lib/http_contract.sh
 hc_setup node
-hc_start_node
+hc_package_tests node
+hc_start node
 hc_contract
 hc_stop
-hc_read_only hc_start_node
+hc_read_only
 ex_finish

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# examples/http/python: the Idempotency-Key service in Python (psycopg 3),
-# checked against the HTTP contract (test/scripts/lib/http_contract.sh).
+# clients/python (PyPI pg-idempotency): the package's own tests
+# (clients/python/test.sh: the integrations through their frameworks' test
+# clients, mypy, the wheel in a clean environment), then its demo app
+# (FastAPI, clients/python/demo) through the HTTP contract of doc/clients.md
+# (test/scripts/lib/http_contract.sh), and again on a read-only database.
 source test/scripts/lib/examples.sh
 source test/scripts/lib/http_contract.sh
 hc_setup python
-hc_start_python
+hc_package_tests python
+hc_start python
 hc_contract
 hc_stop
-hc_read_only hc_start_python
+hc_read_only
 ex_finish

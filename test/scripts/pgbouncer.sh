@@ -1,34 +1,36 @@
 #!/usr/bin/env bash
-# The four examples/http services behind PgBouncer (Debian's pgbouncer) in
-# transaction pooling mode, each with the driver setting doc/http.md gives for
-# it (psycopg: no server-side prepares; node-postgres: as is; pgx:
-# statement_cache_mode=describe; JDBC: prepareThreshold=0), through the HTTP
-# contract's checks (test/scripts/lib/http_contract.sh) and its storm.  The
-# pool has two server connections for the service's up to sixteen, so
-# server connections are shared between the clients' transactions; payments
-# are counted in the database.  Then statement pooling: idem_call, one
-# statement, works under a storm of its own; a transaction block is refused.
-# And session pooling: LISTEN idem_stuck gets the worker's notifications.
+# The four demo apps (clients/<language>/demo) behind PgBouncer (Debian's
+# pgbouncer) in transaction pooling mode, each with its driver's setting of
+# doc/http.md (psycopg: no server-side prepares; node-postgres: as is; pgx:
+# cache_describe, the Go demo's default; JDBC: prepareThreshold=0),
+# through the HTTP contract's checks (test/scripts/lib/http_contract.sh) and
+# a storm of its own.  The pool has two server connections for the demo's
+# many, so server connections are shared between the clients' transactions;
+# payments are counted in the database.  Then statement pooling: idem_call,
+# one statement, works under a storm of its own; a transaction block is
+# refused.  And session pooling: LISTEN idem_stuck gets the worker's
+# notifications.
 source test/scripts/lib/examples.sh
 source test/scripts/lib/http_contract.sh
+source test/scripts/lib/go_toolchain.sh
 hc_setup pgbouncer
 ex_sql <<'SQL'
 CREATE FUNCTION pgbouncer_pay(request jsonb) RETURNS jsonb
 LANGUAGE sql AS $$
 	SELECT pg_sleep(0.3);
-	INSERT INTO payments (account, order_id, amount, currency)
-	VALUES ('statement', request->>'order_id', (request->>'amount')::bigint, 'EUR')
+	INSERT INTO payments (account, order_id, amount, currency, status)
+	VALUES ('statement', request->>'order_id', (request->>'amount')::bigint, 'EUR', 'paid')
 	RETURNING jsonb_build_object('id', id, 'status', 'paid');
 $$;
 GRANT EXECUTE ON FUNCTION pgbouncer_pay(jsonb),
-	idem_call(text, text, jsonb, regprocedure, text, interval) TO idem_example_http_app;
+	idem_call(text, text, jsonb, regprocedure, text, interval) TO idem_demo_app;
 SQL
 
 BDIR=$HC_TMP/pgbouncer
 BPORT=$(hc_free_port)
 ADMIN=$(id -un)
 mkdir -p "$BDIR"
-printf '"%s" ""\n' idem_example_http_app "$ADMIN" >"$BDIR/userlist.txt"
+printf '"%s" ""\n' idem_demo_app "$ADMIN" >"$BDIR/userlist.txt"
 cat >"$BDIR/pgbouncer.ini" <<EOF
 [databases]
 $PGDATABASE = host=$PGHOST port=$PGPORT dbname=$PGDATABASE pool_size=2
@@ -63,45 +65,51 @@ bouncer_pool() {
 	psql -X -q -h "$BDIR" -p "$BPORT" -U "$ADMIN" -d pgbouncer -c 'SHOW POOLS' -A -F ' ' |
 		awk -v db="$PGDATABASE" -v col="$1" '
 			NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-			$1 == db && $2 == "idem_example_http_app" { print $c[col] }'
+			$1 == db && $2 == "idem_demo_app" { print $c[col] }'
 }
 # Client connections the service has open to pgbouncer
 bouncer_clients() {
 	psql -X -q -h "$BDIR" -p "$BPORT" -U "$ADMIN" -d pgbouncer -c 'SHOW CLIENTS' -A -F ' ' |
 		awk -v db="$PGDATABASE" '
 			NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-			$c["user"] == "idem_example_http_app" && $c["database"] == db { n++ }
+			$c["user"] == "idem_demo_app" && $c["database"] == db { n++ }
 			END { print n + 0 }'
 }
 
-# through LANGUAGE START-COMMAND...: the contract through the pooler
+# through LANGUAGE [ARGS...]: the contract through the pooler, the demo
+# given the pooler's address (HC_JDBC_URL for Java) and those arguments
 through() {
 	local lang=$1 clients servers
 	shift
 	echo "== $lang through transaction pooling"
 	ex_sql -c 'DELETE FROM idem_keys' -c 'TRUNCATE payments'
-	PGHOST=$BDIR PGPORT=$BPORT "$@"
+	HC_DEMO_ENV=(PGHOST="$BDIR" PGPORT="$BPORT")
+	hc_start "$lang" "$@"
 	hc_contract
+	echo "== $lang: a storm of its own, to count the connections after it"
+	hc_storm 2 8 "pool-$lang-"
 	clients=$(bouncer_clients)
-	servers=$(ex_value "SELECT count(*) FROM pg_stat_activity WHERE usename = 'idem_example_http_app'")
+	servers=$(ex_value "SELECT count(*) FROM pg_stat_activity WHERE usename = 'idem_demo_app'")
 	echo "$lang: $clients client connections to pgbouncer, $servers server connections"
 	ex_check "$lang: more client connections than the pool's server connections" \
 		"$([ "$clients" -gt 2 ] && echo yes || echo "no ($clients)")" yes
 	ex_check "$lang: server connections at most the pool size" \
 		"$([ "$servers" -le 2 ] && echo yes || echo "no ($servers)")" yes
 	hc_stop
+	HC_DEMO_ENV=()
 }
 
-through python hc_start_python --no-prepare
-through node hc_start_node
-DATABASE_URL=statement_cache_mode=describe through go hc_start_go
-through java hc_start_java \
-	"jdbc:postgresql://127.0.0.1:$BPORT/$PGDATABASE?user=idem_example_http_app&prepareThreshold=0"
+through python --no-prepare
+through node
+go_toolchain "$(hc_client_dir go)"
+through go
+HC_JDBC_URL="jdbc:postgresql://127.0.0.1:$BPORT/$PGDATABASE?user=idem_demo_app&prepareThreshold=0"
+through java
 ex_check "clients waiting for a server connection at the end" "$(bouncer_pool cl_waiting)" 0
 
 echo "== statement pooling: idem_call is one statement"
 stmt() {
-	psql -X -q -A -t -h "$BDIR" -p "$BPORT" -U idem_example_http_app -d statement_pool "$@"
+	psql -X -q -A -t -h "$BDIR" -p "$BPORT" -U idem_demo_app -d statement_pool "$@"
 }
 call="SELECT idem_call('statement-pay', 'stmt-1', '{\"order_id\": \"stmt-1\", \"amount\": 700}', 'pgbouncer_pay(jsonb)')"
 pids=()
@@ -138,11 +146,11 @@ echo "== session pooling: LISTEN idem_stuck"
 # The listener keeps its server connection for its whole session; it prints
 # the notifications that arrived during pg_sleep when that returns
 printf '%s\n' 'LISTEN idem_stuck;' 'SELECT pg_sleep(3);' |
-	psql -X -q -A -t -h "$BDIR" -p "$BPORT" -U idem_example_http_app -d session_pool \
+	psql -X -q -A -t -h "$BDIR" -p "$BPORT" -U idem_demo_app -d session_pool \
 		>"$HC_TMP/listen" 2>&1 &
 listener=$!
 ex_wait_for "the listener" "SELECT EXISTS (SELECT FROM pg_stat_activity
-	WHERE usename = 'idem_example_http_app' AND query LIKE 'SELECT pg_sleep(3)%')" || true
+	WHERE usename = 'idem_demo_app' AND query LIKE 'SELECT pg_sleep(3)%')" || true
 ex_sql -c 'DELETE FROM idem_keys'
 ex_sql -c "SELECT outcome FROM idem_reserve('session-pay', 'sess-1', '{}', scope => 'acct-1')" >/dev/null
 ex_sql -c "UPDATE idem_keys SET updated_at = updated_at - interval '1 day' WHERE key = 'sess-1'"
