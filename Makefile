@@ -35,7 +35,9 @@ OBJS = \
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 DATA = \
 	$(EXTENSION)--0.1.0.sql \
-	$(EXTENSION)--0.1.0--0.2.0.sql
+	$(EXTENSION)--0.1.0--0.2.0.sql \
+	$(EXTENSION)--0.2.0.sql \
+	$(EXTENSION)--0.2.0--0.3.0.sql
 
 REGRESS = \
 	bad_input \

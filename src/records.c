@@ -123,8 +123,8 @@ static const IdemColumnDef idem_columns[IDEM_NUM_COLUMNS] = {
 	[COL_CREATED_AT] = {"created_at", TIMESTAMPTZOID, true, false},
 	[COL_UPDATED_AT] = {"updated_at", TIMESTAMPTZOID, true, false},
 	[COL_EXPIRES_AT] = {"expires_at", TIMESTAMPTZOID, true, false},
-	/* NULL or absent: the ttl is expires_at - created_at (keys.c) */
-	[COL_TTL] = {"ttl", INTERVALOID, false, true},
+	/* NULL: the ttl is expires_at - created_at (keys.c) */
+	[COL_TTL] = {"ttl", INTERVALOID, false, false},
 };
 
 /*
