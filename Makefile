@@ -22,6 +22,7 @@ OBJS = \
 	src/canonical.o \
 	src/citus.o \
 	src/handlers.o \
+	src/held.o \
 	src/idempotency.o \
 	src/keys.o \
 	src/maintenance.o \
@@ -45,6 +46,7 @@ REGRESS = \
 	clock_times \
 	distribute \
 	handler_builtin \
+	held \
 	key_lock \
 	keys \
 	maintenance \
@@ -64,6 +66,7 @@ ISOLATION = \
 	consume_wait \
 	drop_extension_race \
 	finish_after_vacuum \
+	held_ddl_waits \
 	held_reservation \
 	lookup_own_record \
 	maintenance_nowait \

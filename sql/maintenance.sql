@@ -243,7 +243,10 @@ SELECT operation, run_as FROM idem_reconcilers;
 -- a row may only name a role its writer can become
 \set VERBOSITY terse
 SET ROLE regress_idem_reconciler;
+-- (the message names the bootstrap superuser, whatever its name: the SQLSTATE only)
+\set VERBOSITY sqlstate
 UPDATE idem_reconcilers SET run_as = (SELECT oid FROM pg_roles WHERE rolname = session_user)::regrole;
+\set VERBOSITY terse
 INSERT INTO idem_reconcilers (operation, handler, run_as)
 VALUES ('mt-other', 'public.mt_reconcile(public.idem_keys)', current_user::regrole);
 DELETE FROM idem_reconcilers WHERE operation = 'mt-other';

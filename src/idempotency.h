@@ -8,6 +8,9 @@
  *	  idempotency.c	module entry (_PG_init) and the user-level settings
  *	  keys.c		the key lifecycle: reserve, complete, release,
  *					checkpoint, lookup, and the per-key lock
+ *	  held.c		held reservations: a new key's record written once,
+ *					later in its transaction, as the reservation's write
+ *					(held.h)
  *	  records.c		table idem_keys: its layout, the primary-key lookup
  *					and the writes through the executor (records.h)
  *	  citus.c		every call into Citus: where a scope's records live
