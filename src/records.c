@@ -29,6 +29,13 @@
  * every read and write.  Against an older catalog the hint says to update
  * it.  Each open IdemTable has its own copy of the column numbers.
  *
+ * Whether a table's writes run only the install script's rules, all of
+ * them built-in code (OnlyOwnRules: its indexes and CHECK constraint
+ * recognised by their definitions, never by their names), and whether it
+ * is idem_keys itself, a member of the extension rather than a Citus
+ * shard, is resolved with the layout: held.c holds a reservation only
+ * there.
+ *
  * The writes: ExecSimpleRelationInsert/Update/Delete with a ResultRelInfo
  * and an EState of their own, as the logical apply worker writes, so CHECK
  * and NOT NULL constraints, triggers and every index of the table hold as
@@ -845,7 +852,7 @@ CheckPrivilege(IdemTable *table, AclMode mode)
 
 /*
  * Check what a write would check first (see IdemRecordsWriterBegin) without
- * writing: for a reservation that writes later (keys.c)
+ * writing: for a reservation that writes later (held.c)
  */
 void
 IdemRecordsCheckWritable(IdemTable *table, AclMode mode, const char *function)
