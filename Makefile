@@ -22,6 +22,7 @@ OBJS = \
 	src/canonical.o \
 	src/citus.o \
 	src/handlers.o \
+	src/held.o \
 	src/idempotency.o \
 	src/keys.o \
 	src/maintenance.o \
@@ -35,7 +36,9 @@ OBJS = \
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 DATA = \
 	$(EXTENSION)--0.1.0.sql \
-	$(EXTENSION)--0.1.0--0.2.0.sql
+	$(EXTENSION)--0.1.0--0.2.0.sql \
+	$(EXTENSION)--0.2.0.sql \
+	$(EXTENSION)--0.2.0--0.3.0.sql
 
 REGRESS = \
 	bad_input \
@@ -43,6 +46,7 @@ REGRESS = \
 	clock_times \
 	distribute \
 	handler_builtin \
+	held \
 	key_lock \
 	keys \
 	maintenance \
@@ -62,6 +66,7 @@ ISOLATION = \
 	consume_wait \
 	drop_extension_race \
 	finish_after_vacuum \
+	held_ddl_waits \
 	held_reservation \
 	lookup_own_record \
 	maintenance_nowait \
@@ -103,10 +108,26 @@ endif
 prove_installcheck:
 	$(prove_installcheck)
 
+# The preloaded pass, on a server of its own, as pg_cron's Makefile runs its
+# tests: pg_regress and pg_isolation_regress each start a temporary instance
+# of the installed server (initdb and a postmaster in tmp_check/, on a port
+# and socket of their own) with test/preload.conf, which preloads the
+# library and leaves the worker running, so no test skips itself there.
+# As installcheck, it needs the extension installed; initdb refuses to run
+# as root.  REGRESS= or ISOLATION= runs one kind, as for installcheck.
+PRELOAD_OPTS = --temp-instance=./tmp_check --temp-config=$(srcdir)/test/preload.conf
+installcheck-preloaded: submake $(REGRESS_PREP)
+ifdef REGRESS
+	$(pg_regress_installcheck) $(REGRESS_OPTS) $(PRELOAD_OPTS) $(REGRESS)
+endif
+ifdef ISOLATION
+	$(pg_isolation_regress_installcheck) $(ISOLATION_OPTS) $(PRELOAD_OPTS) $(ISOLATION)
+endif
+
 # The PGXN distribution: NAME-VERSION.zip of the committed tree, under a
 # top directory NAME-VERSION/ (make builds the install script from it)
 DIST = $(EXTENSION)-$(EXTVERSION)
 dist:
 	git archive --format=zip --prefix=$(DIST)/ --output=$(DIST).zip HEAD
 
-.PHONY: prove_installcheck dist
+.PHONY: prove_installcheck installcheck-preloaded dist

@@ -121,7 +121,7 @@ RETURNS TABLE (
 	expires_at		timestamptz,
 	ttl				interval)
 AS 'MODULE_PATHNAME', 'idem_lookup'
-LANGUAGE C STABLE PARALLEL SAFE ROWS 1;
+LANGUAGE C STABLE PARALLEL RESTRICTED ROWS 1;
 
 -- canonical ------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 -- Maintenance from SQL: idem_sweep, idem_flag_stuck, idem_set_reconciler,
--- idem_reconcile, idem_maintain and the idem_stuck view.  The suite's
--- cluster runs with idempotency.enabled = off, so only these calls change
--- records here.  Everything below lives in scope 'mt'.
+-- idem_reconcile, idem_maintain and the idem_stuck view.  The server's
+-- worker may be running: a record made expired here is made so in the
+-- same transaction as the sweep that counts it, which the worker cannot see
+-- before that transaction commits.  Everything below lives in
+-- scope 'mt'.
 
 -- Needs the library preloaded (shared_preload_libraries): against a stock
 -- server this test skips itself (expected/maintenance_1.out)
@@ -34,6 +36,7 @@ SELECT count(*) FROM (
                ('mt-pay', 'live')) v(op, k)) s;
 SELECT outcome FROM idem_reserve('mt-pay', 'proc-old', scope => 'mt', ttl => '1 hour');
 SELECT outcome FROM idem_reserve('mt-pay', 'stuck-old', scope => 'mt', ttl => '1 hour');
+BEGIN;
 UPDATE idem_keys SET expires_at = now() - interval '1 minute'
 WHERE scope = 'mt' AND key <> 'live';
 UPDATE idem_keys SET status = 'stuck' WHERE scope = 'mt' AND key = 'stuck-old';
@@ -42,25 +45,30 @@ UPDATE idem_keys SET status = 'stuck' WHERE scope = 'mt' AND key = 'stuck-old';
 SELECT idem_sweep();
 SELECT operation, key, status FROM idem_keys WHERE scope = 'mt' ORDER BY key;
 SELECT idem_sweep();
+COMMIT;
 
 -- Any batch size deletes them all, batch after batch
 SELECT count(*) FROM (
   SELECT idem_reserve('mt-pay', 'b' || i, scope => 'mt', ttl => '1 hour'),
          idem_complete('mt-pay', 'b' || i, scope => 'mt')
   FROM generate_series(1, 5) i) s;
+BEGIN;
 UPDATE idem_keys SET expires_at = now() - interval '1 minute' WHERE scope = 'mt' AND key LIKE 'b%';
 SELECT idem_sweep(2);
+COMMIT;
 SELECT count(*) FROM idem_keys WHERE scope = 'mt' AND key LIKE 'b%';
 -- Inside a transaction that rolls back, nothing is deleted
 SELECT count(*) FROM (
   SELECT idem_reserve('mt-pay', 'rb', scope => 'mt', ttl => '1 hour'),
          idem_complete('mt-pay', 'rb', scope => 'mt')) s;
-UPDATE idem_keys SET expires_at = now() - interval '1 minute' WHERE scope = 'mt' AND key = 'rb';
 BEGIN;
+UPDATE idem_keys SET expires_at = now() - interval '1 minute' WHERE scope = 'mt' AND key = 'rb';
+SAVEPOINT s;
 SELECT idem_sweep(1);
-ROLLBACK;
+ROLLBACK TO s;
 SELECT count(*) FROM idem_keys WHERE scope = 'mt' AND key = 'rb';
 SELECT idem_sweep(NULL);
+COMMIT;
 
 -- Bad batch sizes
 SELECT idem_sweep(0);
@@ -81,10 +89,12 @@ UPDATE mt_evil.idem_keys SET status = 'completed', expires_at = now() - interval
 SELECT count(*) FROM (
   SELECT idem_reserve('mt-pay', 'sp', scope => 'mt', ttl => '1 hour'),
          idem_complete('mt-pay', 'sp', scope => 'mt')) s;
+BEGIN;
 UPDATE idem_keys SET expires_at = now() - interval '1 minute' WHERE scope = 'mt' AND key = 'sp';
 SET search_path = mt_evil, public;
 SELECT public.idem_sweep();
 RESET search_path;
+COMMIT;
 SELECT count(*) FROM mt_evil.idem_keys;
 DROP SCHEMA mt_evil CASCADE;
 
@@ -243,7 +253,10 @@ SELECT operation, run_as FROM idem_reconcilers;
 -- a row may only name a role its writer can become
 \set VERBOSITY terse
 SET ROLE regress_idem_reconciler;
+-- (the message names the bootstrap superuser, whatever its name: the SQLSTATE only)
+\set VERBOSITY sqlstate
 UPDATE idem_reconcilers SET run_as = (SELECT oid FROM pg_roles WHERE rolname = session_user)::regrole;
+\set VERBOSITY terse
 INSERT INTO idem_reconcilers (operation, handler, run_as)
 VALUES ('mt-other', 'public.mt_reconcile(public.idem_keys)', current_user::regrole);
 DELETE FROM idem_reconcilers WHERE operation = 'mt-other';

@@ -17,7 +17,9 @@ CREATE TABLE pat_payments (
 	id			serial PRIMARY KEY,
 	order_id	text NOT NULL,
 	amount		int NOT NULL,
-	created_by	name NOT NULL DEFAULT current_user
+	-- (the bootstrap superuser, whatever its name, as "superuser")
+	created_by	name NOT NULL DEFAULT CASE WHEN current_user = session_user
+		THEN 'superuser' ELSE current_user END
 );
 CREATE TABLE pat_switch (fail boolean NOT NULL);
 INSERT INTO pat_switch VALUES (false);
@@ -39,7 +41,8 @@ BEGIN
 	VALUES (request->>'order', (request->>'amount')::int)
 	RETURNING id INTO new_id;
 	RETURN jsonb_build_object('payment', new_id, 'amount', request->'amount',
-							  'by', current_user);
+							  'by', CASE WHEN current_user = session_user
+								THEN 'superuser' ELSE current_user END);
 END
 $$;
 

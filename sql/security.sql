@@ -16,8 +16,8 @@ JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idempotency'
 WHERE EXISTS (SELECT 1 FROM aclexplode(c.relacl) a WHERE a.grantee = 0);
 
 -- A role that was granted nothing can do nothing
-CREATE ROLE idem_nobody;
-SET ROLE idem_nobody;
+CREATE ROLE regress_idem_nobody;
+SET ROLE regress_idem_nobody;
 SELECT * FROM idem_reserve('op', 'k');
 SELECT idem_complete('op', 'k');
 SELECT idem_release('op', 'k');
@@ -29,24 +29,24 @@ DELETE FROM idem_keys;
 RESET ROLE;
 
 -- EXECUTE alone is not enough: the functions run with the caller's rights
-CREATE ROLE idem_exec_only;
-GRANT EXECUTE ON FUNCTION idem_reserve(text, text, jsonb, text, interval) TO idem_exec_only;
-SET ROLE idem_exec_only;
+CREATE ROLE regress_idem_exec_only;
+GRANT EXECUTE ON FUNCTION idem_reserve(text, text, jsonb, text, interval) TO regress_idem_exec_only;
+SET ROLE regress_idem_exec_only;
 SELECT * FROM idem_reserve('op', 'k');
 RESET ROLE;
 
 -- doc/security.md's application role recipe
-CREATE ROLE idem_app;
-GRANT USAGE ON SCHEMA public TO idem_app;
-GRANT SELECT, INSERT, UPDATE, DELETE ON idem_keys TO idem_app;
+CREATE ROLE regress_idem_app;
+GRANT USAGE ON SCHEMA public TO regress_idem_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON idem_keys TO regress_idem_app;
 GRANT EXECUTE ON FUNCTION
 	idem_reserve(text, text, jsonb, text, interval),
 	idem_complete(text, text, jsonb, integer, text, text),
 	idem_release(text, text, text),
 	idem_checkpoint(text, text, text, text),
 	idem_lookup(text, text, text)
-TO idem_app;
-SET ROLE idem_app;
+TO regress_idem_app;
+SET ROLE regress_idem_app;
 SELECT outcome FROM idem_reserve('op', 'app-1', '{"a": 1}');
 SELECT idem_checkpoint('op', 'app-1', 'step-1');
 SELECT idem_complete('op', 'app-1', '{"ok": true}');
@@ -57,11 +57,11 @@ SELECT key, status FROM idem_lookup('op', 'app-1');
 RESET ROLE;
 
 -- doc/security.md's read-only monitoring role recipe
-CREATE ROLE idem_monitor;
-GRANT USAGE ON SCHEMA public TO idem_monitor;
-GRANT SELECT ON idem_keys TO idem_monitor;
-GRANT EXECUTE ON FUNCTION idem_lookup(text, text, text) TO idem_monitor;
-SET ROLE idem_monitor;
+CREATE ROLE regress_idem_monitor;
+GRANT USAGE ON SCHEMA public TO regress_idem_monitor;
+GRANT SELECT ON idem_keys TO regress_idem_monitor;
+GRANT EXECUTE ON FUNCTION idem_lookup(text, text, text) TO regress_idem_monitor;
+SET ROLE regress_idem_monitor;
 SELECT key, status FROM idem_lookup('op', 'app-1');
 SELECT count(*) > 0 AS can_read FROM idem_keys;
 SELECT * FROM idem_reserve('op', 'mon-1');
@@ -95,17 +95,17 @@ DROP SCHEMA evil CASCADE;
 SELECT outcome FROM idem_reserve('op', 'exp-1');
 SELECT idem_complete('op', 'exp-1');
 UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE key = 'exp-1';
-CREATE ROLE idem_insert_only;
-GRANT SELECT, INSERT ON idem_keys TO idem_insert_only;
-GRANT EXECUTE ON FUNCTION idem_reserve(text, text, jsonb, text, interval) TO idem_insert_only;
-SET ROLE idem_insert_only;
+CREATE ROLE regress_idem_insert_only;
+GRANT SELECT, INSERT ON idem_keys TO regress_idem_insert_only;
+GRANT EXECUTE ON FUNCTION idem_reserve(text, text, jsonb, text, interval) TO regress_idem_insert_only;
+SET ROLE regress_idem_insert_only;
 SELECT outcome FROM idem_reserve('op', 'exp-1');
 SELECT outcome FROM idem_reserve('op', 'exp-2');
 RESET ROLE;
 DELETE FROM idem_keys;
 
 -- Every view over idem_keys is a security_barrier view (read with its
--- owner's rights, none is security_invoker: idem_monitor reads idem_stuck
+-- owner's rights, none is security_invoker: regress_idem_monitor reads idem_stuck
 -- without access to idem_keys)
 SELECT c.relname, c.reloptions
 FROM pg_class c
@@ -123,10 +123,10 @@ SELECT outcome FROM idem_reserve('op', 'leak-processing', scope => 'secret');
 SELECT idem_checkpoint('op', 'leak-processing', 'card 4111', scope => 'secret');
 SELECT outcome FROM idem_reserve('op', 'leak-stuck');
 UPDATE idem_keys SET status = 'stuck' WHERE key = 'leak-stuck';
-CREATE ROLE idem_stuck_reader;
-GRANT USAGE ON SCHEMA public TO idem_stuck_reader;
-GRANT SELECT ON idem_stuck TO idem_stuck_reader;
-SET ROLE idem_stuck_reader;
+CREATE ROLE regress_idem_stuck_reader;
+GRANT USAGE ON SCHEMA public TO regress_idem_stuck_reader;
+GRANT SELECT ON idem_stuck TO regress_idem_stuck_reader;
+SET ROLE regress_idem_stuck_reader;
 CREATE FUNCTION pg_temp.leak(scope text, operation text, key text, recovery_point text)
 RETURNS boolean LANGUAGE plpgsql COST 0.0001 AS $$
 BEGIN
@@ -141,6 +141,6 @@ SELECT count(*) FROM idem_keys;
 RESET ROLE;
 \c
 DELETE FROM idem_keys;
-DROP OWNED BY idem_app, idem_monitor, idem_exec_only, idem_insert_only, idem_stuck_reader;
-DROP ROLE idem_nobody, idem_exec_only, idem_app, idem_monitor, idem_insert_only,
-	idem_stuck_reader;
+DROP OWNED BY regress_idem_app, regress_idem_monitor, regress_idem_exec_only, regress_idem_insert_only, regress_idem_stuck_reader;
+DROP ROLE regress_idem_nobody, regress_idem_exec_only, regress_idem_app, regress_idem_monitor, regress_idem_insert_only,
+	regress_idem_stuck_reader;

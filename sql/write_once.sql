@@ -90,13 +90,15 @@ COMMIT;
 SELECT key, status, recovery_point FROM idem_keys WHERE key IN ('k7', 'k8') ORDER BY key;
 
 -- SQL on idem_keys in the reserving transaction does not see a held
--- reservation, which is not in the table yet: TRUNCATE leaves it held
+-- reservation, which is not in the table yet; but DDL does (TRUNCATE here,
+-- sql/held.sql for the others): it finds the record written first, as an
+-- immediate write, so TRUNCATE empties the table of it too and there is
+-- nothing left to complete
 BEGIN;
 SELECT outcome FROM idem_reserve('wo', 'k9');
 UPDATE idem_keys SET recovery_point = 'by hand' WHERE key = 'k9';
 TRUNCATE idem_keys;
 SELECT idem_complete('wo', 'k9', '{"id": 9}');
-SELECT key, status, recovery_point FROM idem_keys;
 ROLLBACK;
 
 -- idem_call writes its record once

@@ -17,6 +17,7 @@
 #include "fmgr.h"
 #include "utils/guc.h"
 
+#include "held.h"
 #include "idempotency.h"
 
 PG_MODULE_MAGIC;
@@ -74,6 +75,7 @@ _PG_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	IdemHeldInit();
 	IdemStatsInit();
 	IdemStatusInit();
 	IdemWorkerInit();

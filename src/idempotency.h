@@ -8,6 +8,9 @@
  *	  idempotency.c	module entry (_PG_init) and the user-level settings
  *	  keys.c		the key lifecycle: reserve, complete, release,
  *					checkpoint, lookup, and the per-key lock
+ *	  held.c		held reservations: a new key's record written once,
+ *					later in its transaction, as the reservation's write
+ *					(held.h)
  *	  records.c		table idem_keys: its layout, the primary-key lookup
  *					and the writes through the executor (records.h)
  *	  citus.c		every call into Citus: where a scope's records live
@@ -49,11 +52,11 @@
  * EXTENSION UPDATE, so that installing the new package is never an outage,
  * as pg_stat_statements serves its older SQL definitions; an older catalog
  * gets a clean ERROR whose hint is the update.  What that catalog lacks is
- * handled where it is used: idem_keys.ttl (records.c),
- * idem_reconcilers.registered_by and idem_keys_processing_idx
- * (maintenance.c).  It moves on with each release.
+ * handled where it is used: 0.2.0 declares idem_lookup PARALLEL SAFE, which
+ * refuses to run in a parallel worker (keys.c).  It moves on with each
+ * release.
  */
-#define IDEM_PREVIOUS_VERSION	"0.1.0"
+#define IDEM_PREVIOUS_VERSION	"0.2.0"
 
 /* Limits on identifiers, checked with SQLSTATE 22023 */
 #define IDEM_MAX_KEY_LEN		255

@@ -43,44 +43,26 @@
  *
  * Held reservations: one write per request
  * ----------------------------------------
- * A request reserved and completed in one transaction (idem_call, a stored
- * procedure, client statements between BEGIN and COMMIT) needs its record
- * only once it is completed: nobody else can see the processing state of
- * an uncommitted row except as "in_progress", which the key lock says as
- * well.  So a reservation of an absent key does not write: it keeps the
- * key lock (transaction-level, owned by the current subtransaction) and
- * remembers the request in the transaction's list of held reservations.
- * The record is then written once: completed by idem_complete (an insert
- * instead of an insert and an update), or processing just before the
- * transaction commits or prepares (XACT_EVENT_PRE_COMMIT / PRE_PREPARE,
- * after the deferred triggers of the transaction's own statements), or
- * when idem_checkpoint or idem_release needs the row.  A held reservation
- * is forgotten, and its lock released, with the subtransaction that made
- * it; a write is undone with the subtransaction that made it, and the
- * reservation is held again.  The list lives in TopTransactionContext and
- * is dropped at the end of the transaction; it is never shared.
- *
- * What another session sees while a reservation is held: no row, and the
- * key lock taken, which idem_reserve answers with in_progress at once (a
- * different request too: its mismatch shows once the record is written).
- * idem_complete, idem_checkpoint and idem_release wait for the holder, as
- * they wait for the writer of an uncommitted row.
- *
- * Only a table whose writes have no rules but the extension's is held (no
- * trigger, no CHECK constraint but idem_keys_status_check, no index but
- * the install script's: records.c, OnlyOwnRules; idem_keys itself rather
- * than a Citus shard): there a write fails or succeeds the same whenever
- * it is made.  A table with rules of its owner gets every write at the
- * moment it always did, so its triggers see the processing insert and its
- * CHECKs and index predicates refuse the reservation itself.  At most
- * IDEM_MAX_HELD reservations are held per transaction; more are written at
- * once, so that a transaction of many keys does not fill the lock table.
+ * A reservation of an absent key does not write: it keeps the key lock to
+ * the end of the transaction (owned by the current subtransaction) and
+ * held.c remembers it; its record is written once, later (by idem_complete,
+ * idem_checkpoint or idem_release here, before any DDL of the transaction,
+ * or at commit), as the write the reservation would have made at once: as
+ * the role that reserved, under the table lock an immediate write takes,
+ * into the table by OID.  held.c's header says when a reservation is held
+ * and how.  What another session sees meanwhile: no row, and the key lock
+ * taken, which idem_reserve answers with in_progress at once (a different
+ * request too: its mismatch shows once the record is written), and which
+ * idem_complete, idem_checkpoint and idem_release wait for, as they wait
+ * for the writer of an uncommitted row.  idem_consume's record is held
+ * the same way, and written completed, its ttl counted from that write.
  *
  * Times are clock times of the call (GetCurrentTimestamp(), as
  * clock_timestamp()), never the start of the statement, the client's message
  * or the transaction: a record is created when idem_reserve runs, updated_at
  * (the heartbeat) is the time of the last write, and a completion sets
- * expires_at to the time idem_complete runs plus the ttl.  A procedure, a
+ * expires_at to the time idem_complete runs plus the ttl (idem_consume's,
+ * written at commit, to the time of that write plus the ttl).  A procedure, a
  * PL/pgSQL block, an idem_call handler or a message of many statements that
  * runs longer than the ttl before completing so still commits a live record.
  *
@@ -89,6 +71,7 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/parallel.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
@@ -106,6 +89,7 @@
 #include "utils/timestamp.h"
 
 #include "idempotency.h"
+#include "held.h"
 #include "records.h"
 
 PG_FUNCTION_INFO_V1(idem_reserve);
@@ -158,172 +142,6 @@ typedef enum KeyAction
 	ACTION_CHECKPOINT,
 	ACTION_RELEASE
 } KeyAction;
-
-/* Held reservations per transaction at most (see the file header) */
-#define IDEM_MAX_HELD	16
-
-/* A reservation this transaction holds (see the file header) */
-typedef struct HeldKey
-{
-	struct HeldKey *next;
-	Oid			nspid;			/* of the extension whose idem_keys it is */
-	text	   *scope;
-	text	   *operation;
-	text	   *key;
-	bytea	   *hash;			/* NULL without a request */
-	Interval   *ttl;
-	TimestampTz created_at;		/* the reservation's time, and its heartbeat */
-	TimestampTz expires_at;		/* as reserved */
-	SubTransactionId subid;		/* the subtransaction that holds it */
-	SubTransactionId written;	/* the one that wrote it; Invalid: not yet */
-} HeldKey;
-
-static HeldKey *held_keys = NULL;
-static int	held_count = 0;
-static bool held_callbacks = false;
-
-static void WriteHeld(HeldKey *h, IdemRow *change, const char *function);
-
-/* The reservation of a key this transaction holds and has not written, or NULL */
-static HeldKey *
-FindHeld(Oid nspid, text *scope, text *operation, text *key)
-{
-	HeldKey    *h;
-
-	for (h = held_keys; h != NULL; h = h->next)
-		if (h->written == InvalidSubTransactionId && h->nspid == nspid &&
-			IdemVarlenaEqual(h->key, key) && IdemVarlenaEqual(h->operation, operation) &&
-			IdemVarlenaEqual(h->scope, scope))
-			return h;
-	return NULL;
-}
-
-/*
- * At commit or prepare, write what is still held, as processing; at the
- * end of the transaction, forget the list (its memory goes with
- * TopTransactionContext).
- */
-static void
-HeldXactCallback(XactEvent event, void *arg)
-{
-	HeldKey    *h;
-
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-		case XACT_EVENT_PRE_PREPARE:
-			{
-				bool		wrote = false;
-
-				for (h = held_keys; h != NULL; h = h->next)
-					if (h->written == InvalidSubTransactionId)
-					{
-						WriteHeld(h, NULL, "idem_reserve()");
-						wrote = true;
-					}
-
-				/*
-				 * The deferred triggers of the transaction fired before this
-				 * callback: fire any our writes queued (a trigger created on
-				 * idem_keys after the reservation in this transaction)
-				 */
-				if (wrote)
-					AfterTriggerFireDeferred();
-			}
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			held_keys = NULL;
-			held_count = 0;
-			break;
-		default:
-			break;
-	}
-}
-
-/*
- * A subtransaction that rolls back takes its held reservations with it
- * (its resource owner releases their key locks) and undoes its writes of
- * others, which are held again; one that commits hands both to its parent.
- */
-static void
-HeldSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
-					SubTransactionId parentSubid, void *arg)
-{
-	HeldKey   **link;
-
-	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
-		return;
-	for (link = &held_keys; *link != NULL;)
-	{
-		HeldKey    *h = *link;
-
-		if (event == SUBXACT_EVENT_ABORT_SUB)
-		{
-			if (h->subid == mySubid)
-			{
-				*link = h->next;
-				held_count--;
-				continue;
-			}
-			if (h->written == mySubid)
-				h->written = InvalidSubTransactionId;
-		}
-		else
-		{
-			if (h->subid == mySubid)
-				h->subid = parentSubid;
-			if (h->written == mySubid)
-				h->written = parentSubid;
-		}
-		link = &h->next;
-	}
-}
-
-/*
- * May this reservation be held rather than written (see the file header)?
- * The caller holds the key lock and found no record.
- */
-static bool
-CanHold(IdemTable *table, int flags)
-{
-	return (flags & (IDEM_RESERVE_COMPLETED | IDEM_RESERVE_WAIT)) == 0 &&
-		held_count < IDEM_MAX_HELD && table->own_rules &&
-		strcmp(RelationGetRelationName(table->rel), "idem_keys") == 0;
-}
-
-/* Hold the reservation req of a key, whose key lock the caller keeps */
-static void
-HoldKey(Oid nspid, KeyRequest *req)
-{
-	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
-	HeldKey    *h = palloc0(sizeof(HeldKey));
-
-	if (!held_callbacks)
-	{
-		RegisterXactCallback(HeldXactCallback, NULL);
-		RegisterSubXactCallback(HeldSubXactCallback, NULL);
-		held_callbacks = true;
-	}
-	h->nspid = nspid;
-	h->scope = DatumGetTextPCopy(PointerGetDatum(req->scope));
-	h->operation = DatumGetTextPCopy(PointerGetDatum(req->operation));
-	h->key = DatumGetTextPCopy(PointerGetDatum(req->key));
-	h->hash = req->hash ? DatumGetByteaPCopy(PointerGetDatum(req->hash)) : NULL;
-	h->ttl = palloc(sizeof(Interval));
-	memcpy(h->ttl, req->ttl, sizeof(Interval));
-	h->created_at = req->now;
-	h->expires_at = req->expires_at;
-	h->subid = GetCurrentSubTransactionId();
-	h->written = InvalidSubTransactionId;
-	h->next = held_keys;
-	held_keys = h;
-	held_count++;
-	MemoryContextSwitchTo(oldcxt);
-}
 
 /* Name of an outcome as the SQL API spells it */
 const char *
@@ -642,87 +460,6 @@ ClassifyRecord(const IdemRecord *rec, bytea *hash, TimestampTz now,
 		result->outcome = IDEM_IN_PROGRESS;
 }
 
-/* Every column of a new record, with no result yet */
-static void
-NewRecordRow(IdemRow *row, text *scope, text *operation, text *key,
-			 bytea *hash, bool completed, TimestampTz created_at,
-			 TimestampTz updated_at, TimestampTz expires_at, Interval *ttl)
-{
-	IdemRowInit(row);
-	IdemRowSet(row, COL_SCOPE, PointerGetDatum(scope), false);
-	IdemRowSet(row, COL_OPERATION, PointerGetDatum(operation), false);
-	IdemRowSet(row, COL_KEY, PointerGetDatum(key), false);
-	IdemRowSet(row, COL_REQUEST_HASH, PointerGetDatum(hash), hash == NULL);
-	IdemRowSet(row, COL_STATUS,
-			   CStringGetTextDatum(completed ? "completed" : "processing"), false);
-	IdemRowSet(row, COL_RESPONSE_STATUS, (Datum) 0, true);
-	IdemRowSet(row, COL_RESPONSE, (Datum) 0, true);
-	IdemRowSet(row, COL_RESOURCE_ID, (Datum) 0, true);
-	IdemRowSet(row, COL_RECOVERY_POINT, (Datum) 0, true);
-	IdemRowSet(row, COL_CREATED_AT, TimestampTzGetDatum(created_at), false);
-	IdemRowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(updated_at), false);
-	IdemRowSet(row, COL_EXPIRES_AT, TimestampTzGetDatum(expires_at), false);
-	IdemRowSet(row, COL_TTL, IntervalPGetDatum(ttl), false);
-}
-
-/* The record of a held reservation as it stands, with change applied over it */
-static void
-HeldRow(HeldKey *h, IdemRow *change, IdemRow *row)
-{
-	int			c;
-
-	NewRecordRow(row, h->scope, h->operation, h->key, h->hash, false,
-				 h->created_at, h->created_at, h->expires_at, h->ttl);
-	if (change != NULL)
-		for (c = 0; c < IDEM_NUM_COLUMNS; c++)
-			if (change->set[c])
-				IdemRowSet(row, (IdemColumn) c, change->values[c], change->isnull[c]);
-}
-
-/*
- * Write the record of the held reservation h: as reserved (processing), or
- * with the columns set in change (a completion or a checkpoint, which set
- * its heartbeat and expiry themselves).  The key lock makes the insert
- * safe: nobody else writes a record of this key meanwhile.
- */
-static void
-WriteHeld(HeldKey *h, IdemRow *change, const char *function)
-{
-	IdemTable	table;
-	IdemWriter	w;
-	IdemRow		row;
-	bool		pushed = false;
-
-	/* At commit there is no statement, and so no snapshot, of our own */
-	if (!ActiveSnapshotSet())
-	{
-		PushActiveSnapshot(GetTransactionSnapshot());
-		pushed = true;
-	}
-	HeldRow(h, change, &row);
-	/*
-	 * Dropped by this transaction (DROP EXTENSION): at commit, its records
-	 * went with it; a completion or a checkpoint says the table is gone
-	 */
-	if (!IdemRecordsTryOpen(h->nspid, h->scope, RowExclusiveLock, &table))
-	{
-		if (change != NULL)
-			IdemRecordsOpen(h->nspid, h->scope, RowExclusiveLock, &table);
-		h->written = GetCurrentSubTransactionId();
-		if (pushed)
-			PopActiveSnapshot();
-		return;
-	}
-	IdemRecordsWriterBegin(&table, change ? ACL_INSERT | ACL_UPDATE : ACL_INSERT,
-						   function, &w);
-	IdemRecordsInsert(&w, &row);
-	IdemRecordsWriterEnd(&w);
-	IdemRecordsClose(&table);
-	h->written = GetCurrentSubTransactionId();
-	if (pushed)
-		PopActiveSnapshot();
-}
-
 /*
  * Create the record of a request, or renew the expired one seen (sight):
  * processing, or completed at once (with no response) for idem_consume.
@@ -737,7 +474,7 @@ ClaimKey(IdemTable *table, KeySight sight, IdemRecord *rec, KeyRequest *req)
 	ClaimResult result = CLAIM_DONE;
 
 	/* Every column, so that the same row inserts or renews */
-	NewRecordRow(&row, req->scope, req->operation, req->key, req->hash,
+	IdemRowNewRecord(&row, req->scope, req->operation, req->key, req->hash,
 				 completed, req->now, req->now, req->expires_at, req->ttl);
 
 	IdemRecordsWriterBegin(table,
@@ -792,15 +529,20 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 	IdemTable	table;
 	LOCKTAG		tag;
 	bool		locked = false;
-	HeldKey    *held;
+	IdemHeld   *held;
 
 	memset(result, 0, sizeof(*result));
-	held = FindHeld(nspid, req->scope, req->operation, req->key);
+	held = IdemHeldFind(nspid, req->scope, req->operation, req->key);
 	if (held != NULL)
 	{
-		/* As for a processing record of this transaction */
-		result->outcome = HashDiffers(held->hash, req->hash) ?
-			IDEM_MISMATCH : IDEM_IN_PROGRESS;
+		/* As for a record of this transaction: processing, or completed */
+		result->outcome = HashDiffers(held->hash, req->hash) ? IDEM_MISMATCH :
+			held->completed ? IDEM_REPLAY : IDEM_IN_PROGRESS;
+		if (result->outcome == IDEM_REPLAY)
+		{
+			result->has_expires_at = true;
+			result->expires_at = held->expires_at;
+		}
 		CountReservation(req, result);
 		return;
 	}
@@ -871,11 +613,12 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 			result->outcome = IDEM_IN_PROGRESS;
 			break;
 		}
-		if (sight == SIGHT_ABSENT && CanHold(&table, req->flags))
+		if (sight == SIGHT_ABSENT && IdemHeldAllowed(&table))
 		{
-			/* Written later, once (see the file header); the lock stays */
-			IdemRecordsCheckWritable(&table, ACL_INSERT, "idem_reserve()");
-			HoldKey(nspid, req);
+			/* Written later, once (held.c); the lock stays */
+			IdemHeldAdd(&table, nspid, req->scope, req->operation, req->key,
+						req->hash, req->ttl, req->now, req->expires_at,
+						(req->flags & IDEM_RESERVE_COMPLETED) != 0);
 			locked = false;
 			result->outcome = IDEM_NEW;
 			result->has_expires_at = true;
@@ -1088,7 +831,7 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 	IdemWriter	w;
 	IdemRecord	rec;
 	TimestampTz now;
-	HeldKey    *held = FindHeld(nspid, scope, operation, key);
+	IdemHeld   *held = IdemHeldFind(nspid, scope, operation, key);
 	const char *function = action == ACTION_COMPLETE ? "idem_complete()" : "idem_checkpoint()";
 
 	if (held != NULL)
@@ -1099,7 +842,7 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 		if (action == ACTION_COMPLETE)
 			IdemRowSet(row, COL_EXPIRES_AT,
 					   TimestampTzGetDatum(AddTtl(now, held->ttl)), false);
-		WriteHeld(held, row, function);
+		IdemHeldWrite(held, row, function);
 		return;
 	}
 
@@ -1166,11 +909,11 @@ IdemRelease(Oid nspid, text *scope, text *operation, text *key)
 	IdemWriter	w;
 	IdemRecord	rec;
 	bool		found;
-	HeldKey    *held = FindHeld(nspid, scope, operation, key);
+	IdemHeld   *held = IdemHeldFind(nspid, scope, operation, key);
 
 	/* A held reservation is written first, and then deleted as any other */
 	if (held != NULL)
-		WriteHeld(held, NULL, "idem_release()");
+		IdemHeldWrite(held, NULL, "idem_release()");
 
 	IdemRecordsOpen(nspid, scope, RowExclusiveLock, &table);
 	IdemRecordsCheckReadable(&table);
@@ -1462,9 +1205,22 @@ idem_lookup(PG_FUNCTION_ARGS)
 		Snapshot	snapshot;
 		MemoryContext oldcxt;
 		Oid			nspid;
-		HeldKey    *held;
+		IdemHeld   *held;
 
 		GetKeyArgs(fcinfo, 0, 1, 2, &operation, &key, &scope);
+
+		/*
+		 * The reservations this transaction holds are in the leader's memory
+		 * only: 0.3.0 declares the function PARALLEL RESTRICTED, and the 0.2.0
+		 * catalog, which declared it PARALLEL SAFE, gets an ERROR rather than
+		 * the answer that a held key has no record
+		 */
+		if (IsParallelWorker())
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+					 errmsg("idem_lookup cannot run in a parallel worker"),
+					 errdetail("The reservations a transaction holds are known to its own backend only."),
+					 errhint("Run ALTER EXTENSION idempotency UPDATE: it declares idem_lookup PARALLEL RESTRICTED.")));
 		funcctx = SRF_FIRSTCALL_INIT();
 		oldcxt = MemoryContextSwitchTo(funcctx->multi_call_memory_ctx);
 		/* Not IdemFunctionNamespace: the SRF machinery owns fn_extra */
@@ -1473,14 +1229,14 @@ idem_lookup(PG_FUNCTION_ARGS)
 		IdemRecordsCheckReadable(&table);
 		row = palloc(sizeof(Datum));
 		snapshot = RegisterSnapshot(LookupSnapshot());
-		held = FindHeld(nspid, scope, operation, key);
+		held = IdemHeldFind(nspid, scope, operation, key);
 		if (held != NULL)
 		{
-			/* Not written yet: the record as it will be (see the file header) */
+			/* Not written yet: the record as it will be (held.c) */
 			IdemRow		r;
 
-			HeldRow(held, NULL, &r);
-			*row = IdemRecordsFormRow(&table, &r);
+			IdemHeldRow(held, NULL, &r);
+			*row = LookupResultRow(fcinfo, &table, IdemRecordsFormRow(&table, &r));
 			funcctx->user_fctx = row;
 			funcctx->max_calls = 1;
 		}

@@ -29,6 +29,13 @@
  * every read and write.  Against an older catalog the hint says to update
  * it.  Each open IdemTable has its own copy of the column numbers.
  *
+ * Whether a table's writes run only the install script's rules, all of
+ * them built-in code (OnlyOwnRules: its indexes and CHECK constraint
+ * recognised by their definitions, never by their names), and whether it
+ * is idem_keys itself, a member of the extension rather than a Citus
+ * shard, is resolved with the layout: held.c holds a reservation only
+ * there.
+ *
  * The writes: ExecSimpleRelationInsert/Update/Delete with a ResultRelInfo
  * and an EState of their own, as the logical apply worker writes, so CHECK
  * and NOT NULL constraints, triggers and every index of the table hold as
@@ -57,11 +64,15 @@
 #include "access/multixact.h"
 #include "access/table.h"
 #include "access/xact.h"
+#include "catalog/dependency.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
+#include "commands/defrem.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -77,6 +88,7 @@
 #include "storage/lock.h"
 #include "tcop/utility.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
@@ -123,8 +135,8 @@ static const IdemColumnDef idem_columns[IDEM_NUM_COLUMNS] = {
 	[COL_CREATED_AT] = {"created_at", TIMESTAMPTZOID, true, false},
 	[COL_UPDATED_AT] = {"updated_at", TIMESTAMPTZOID, true, false},
 	[COL_EXPIRES_AT] = {"expires_at", TIMESTAMPTZOID, true, false},
-	/* NULL or absent: the ttl is expires_at - created_at (keys.c) */
-	[COL_TTL] = {"ttl", INTERVALOID, false, true},
+	/* NULL: the ttl is expires_at - created_at (keys.c) */
+	[COL_TTL] = {"ttl", INTERVALOID, false, false},
 };
 
 /*
@@ -141,6 +153,7 @@ typedef struct IdemLayout
 	AttrNumber	attnum[IDEM_NUM_COLUMNS];
 	Oid			pkey;
 	bool		own_rules;		/* see OnlyOwnRules */
+	bool		member;			/* a member of the extension (not a shard) */
 } IdemLayout;
 
 static IdemLayout idem_layout;
@@ -491,49 +504,155 @@ PrimaryKeyMatches(Oid pkey, const AttrNumber *attnum)
 }
 
 /*
- * Do the writes of rel evaluate only the rules of the install script?  No
- * trigger, no CHECK constraint but idem_keys_status_check, and no index but
- * the primary key and idem_keys_expires_at_idx and idem_keys_processing_idx
- * (non-unique, on columns).  Then a record's writes fail or succeed the same
- * whenever they are made, and keys.c may hold a reservation and write it
- * later; a rule of the table's owner makes every write happen when it
- * always did.
+ * Is the index indexid one of the install script's, by its definition
+ * (whatever its name): a non-unique btree on one column, in the default
+ * operator class and order, without expressions and without a predicate
+ * (idem_keys_expires_at_idx on expires_at) or with exactly status =
+ * 'processing' (idem_keys_processing_idx on created_at); or the primary
+ * key, on (scope, operation, key) in the default operator classes?  Such
+ * an index runs only built-in code when a record is written.
  */
 static bool
-OnlyOwnRules(Relation rel, Oid pkey)
+IsOwnIndex(Relation rel, Oid indexid, Oid pkey, const AttrNumber *attnum)
+{
+	Relation	index = index_open(indexid, AccessShareLock);
+	Form_pg_index form = index->rd_index;
+	bool		own = index->rd_rel->relam == BTREE_AM_OID &&
+		form->indnatts == form->indnkeyatts &&
+		heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL);
+	int			i;
+
+	for (i = 0; own && i < form->indnkeyatts; i++)
+	{
+		AttrNumber	col = form->indkey.values[i];
+		Oid			type = col > 0 ? TupleDescAttr(RelationGetDescr(rel), col - 1)->atttypid : InvalidOid;
+
+		/* (the family's support functions are what a write calls) */
+		if (col <= 0 || index->rd_indoption[i] != 0 ||
+			index->rd_opcintype[i] != type ||
+			index->rd_opfamily[i] != get_opclass_family(GetDefaultOpClass(type, BTREE_AM_OID)) ||
+			index->rd_indcollation[i] != TupleDescAttr(RelationGetDescr(rel), col - 1)->attcollation)
+			own = false;
+	}
+	if (own && indexid == pkey)
+		own = form->indnatts == 3 && heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL);
+	else if (own)
+	{
+		own = !form->indisunique && form->indnatts == 1;
+		if (own && form->indkey.values[0] == attnum[COL_EXPIRES_AT])
+			own = heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL);
+		else if (own && form->indkey.values[0] == attnum[COL_CREATED_AT])
+		{
+			List	   *pred = RelationGetIndexPredicate(index);
+			OpExpr	   *op = list_length(pred) == 1 && IsA(linitial(pred), OpExpr) ?
+				linitial_node(OpExpr, pred) : NULL;
+
+			own = op != NULL && op->opno == TextEqualOperator &&
+				list_length(op->args) == 2 && IsA(linitial(op->args), Var) &&
+				IsA(lsecond(op->args), Const) &&
+				linitial_node(Var, op->args)->varattno == attnum[COL_STATUS] &&
+				!lsecond_node(Const, op->args)->constisnull &&
+				lsecond_node(Const, op->args)->consttype == TEXTOID &&
+				strcmp(TextDatumGetCString(lsecond_node(Const, op->args)->constvalue),
+					   "processing") == 0;
+		}
+		else
+			own = false;
+	}
+	index_close(index, AccessShareLock);
+	return own;
+}
+
+/*
+ * Is the CHECK constraint check the install script's idem_keys_status_check,
+ * by its definition (whatever its name): status = ANY (ARRAY['processing',
+ * 'completed', 'stuck']) with the built-in text equality?
+ */
+static bool
+IsStatusCheck(ConstrCheck *check, const AttrNumber *attnum)
+{
+	Node	   *expr = stringToNode(check->ccbin);
+	ScalarArrayOpExpr *saop;
+	Const	   *array;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	static const char *const statuses[] = {"processing", "completed", "stuck"};
+
+	if (!IsA(expr, ScalarArrayOpExpr))
+		return false;
+	saop = (ScalarArrayOpExpr *) expr;
+	if (saop->opno != TextEqualOperator || !saop->useOr ||
+		list_length(saop->args) != 2 || !IsA(linitial(saop->args), Var) ||
+		linitial_node(Var, saop->args)->varattno != attnum[COL_STATUS])
+		return false;
+	if (IsA(lsecond(saop->args), ArrayExpr))
+	{
+		/* As the parser leaves IN (...): an array of constants */
+		ArrayExpr  *arr = lsecond_node(ArrayExpr, saop->args);
+		ListCell   *lc;
+		int			i = 0;
+
+		if (arr->element_typeid != TEXTOID || list_length(arr->elements) != lengthof(statuses))
+			return false;
+		foreach(lc, arr->elements)
+		{
+			Const	   *c = (Const *) lfirst(lc);
+
+			if (!IsA(c, Const) || c->consttype != TEXTOID || c->constisnull ||
+				strcmp(TextDatumGetCString(c->constvalue), statuses[i++]) != 0)
+				return false;
+		}
+		return true;
+	}
+	if (!IsA(lsecond(saop->args), Const))
+		return false;
+	array = lsecond_node(Const, saop->args);
+	if (array->constisnull || array->consttype != TEXTARRAYOID)
+		return false;
+	deconstruct_array(DatumGetArrayTypeP(array->constvalue), TEXTOID, -1, false,
+					  TYPALIGN_INT, &elems, &nulls, &n);
+	if (n != lengthof(statuses))
+		return false;
+	for (int i = 0; i < n; i++)
+		if (nulls[i] || strcmp(TextDatumGetCString(elems[i]), statuses[i]) != 0)
+			return false;
+	return true;
+}
+
+/*
+ * Do the writes of rel run only the rules of the install script, all of
+ * them built-in code?  No trigger, no stored generated column, no CHECK
+ * constraint but idem_keys_status_check, and no index but the primary key,
+ * idem_keys_expires_at_idx and idem_keys_processing_idx, each recognised
+ * by its definition, never by its name.  Then a record's writes fail or
+ * succeed the same whenever they are made, and run no code of any role:
+ * keys.c may hold a reservation and write it at commit (held.c).  A rule
+ * of the table's owner makes every write happen when it always did.
+ */
+static bool
+OnlyOwnRules(Relation rel, Oid pkey, const AttrNumber *attnum)
 {
 	TupleConstr *constr = RelationGetDescr(rel)->constr;
 	List	   *indexes;
 	ListCell   *lc;
 	bool		own = true;
 
-	if (rel->trigdesc != NULL)
+	if (rel->trigdesc != NULL || rel->rd_rules != NULL)
+		return false;
+	if (constr != NULL && constr->has_generated_stored)
 		return false;
 	if (constr != NULL && constr->num_check > 0 &&
-		(constr->num_check > 1 ||
-		 strcmp(constr->check[0].ccname, "idem_keys_status_check") != 0))
+		(constr->num_check > 1 || !IsStatusCheck(&constr->check[0], attnum)))
 		return false;
 	indexes = RelationGetIndexList(rel);
 	foreach(lc, indexes)
 	{
-		Oid			index = lfirst_oid(lc);
-		HeapTuple	tuple;
-		char	   *name;
-
-		if (index == pkey)
-			continue;
-		name = get_rel_name(index);
-		tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(index));
-		if (name == NULL || !HeapTupleIsValid(tuple) ||
-			(strcmp(name, "idem_keys_expires_at_idx") != 0 &&
-			 strcmp(name, "idem_keys_processing_idx") != 0) ||
-			((Form_pg_index) GETSTRUCT(tuple))->indisunique ||
-			!heap_attisnull(tuple, Anum_pg_index_indexprs, NULL))
+		if (!IsOwnIndex(rel, lfirst_oid(lc), pkey, attnum))
+		{
 			own = false;
-		if (HeapTupleIsValid(tuple))
-			ReleaseSysCache(tuple);
-		if (!own)
 			break;
+		}
 	}
 	list_free(indexes);
 	return own;
@@ -588,7 +707,10 @@ ResolveLayout(Relation rel)
 
 	memcpy(idem_layout.attnum, attnum, sizeof(attnum));
 	idem_layout.pkey = pkey;
-	idem_layout.own_rules = OnlyOwnRules(rel, pkey);
+	idem_layout.own_rules = OnlyOwnRules(rel, pkey, attnum);
+	/* idem_keys itself, not a Citus shard (a member of no extension) */
+	idem_layout.member = getExtensionOfObject(RelationRelationId, RelationGetRelid(rel)) ==
+		get_extension_oid(IDEM_EXTENSION_NAME, true);
 	idem_layout.relid = RelationGetRelid(rel);
 	idem_layout.valid = true;
 }
@@ -698,6 +820,7 @@ OpenLocked(Oid relid, LOCKMODE lockmode, IdemTable *table)
 	memcpy(table->attnum, idem_layout.attnum, sizeof(table->attnum));
 	table->pkey = idem_layout.pkey;
 	table->own_rules = idem_layout.own_rules;
+	table->member = idem_layout.member;
 }
 
 /* IdemRecordsTryOpen, with an ERROR when the table is not there */
@@ -729,7 +852,7 @@ CheckPrivilege(IdemTable *table, AclMode mode)
 
 /*
  * Check what a write would check first (see IdemRecordsWriterBegin) without
- * writing: for a reservation that writes later (keys.c)
+ * writing: for a reservation that writes later (held.c)
  */
 void
 IdemRecordsCheckWritable(IdemTable *table, AclMode mode, const char *function)
@@ -1299,6 +1422,29 @@ IdemRecordsFireAfterTriggers(IdemWriter *w)
 		return;
 	AfterTriggerEndQuery(w->estate);
 	AfterTriggerBeginQuery();
+}
+
+/* Every column of a new record, with no result yet */
+void
+IdemRowNewRecord(IdemRow *row, text *scope, text *operation, text *key,
+				 bytea *hash, bool completed, TimestampTz created_at,
+				 TimestampTz updated_at, TimestampTz expires_at, Interval *ttl)
+{
+	IdemRowInit(row);
+	IdemRowSet(row, COL_SCOPE, PointerGetDatum(scope), false);
+	IdemRowSet(row, COL_OPERATION, PointerGetDatum(operation), false);
+	IdemRowSet(row, COL_KEY, PointerGetDatum(key), false);
+	IdemRowSet(row, COL_REQUEST_HASH, PointerGetDatum(hash), hash == NULL);
+	IdemRowSet(row, COL_STATUS,
+			   CStringGetTextDatum(completed ? "completed" : "processing"), false);
+	IdemRowSet(row, COL_RESPONSE_STATUS, (Datum) 0, true);
+	IdemRowSet(row, COL_RESPONSE, (Datum) 0, true);
+	IdemRowSet(row, COL_RESOURCE_ID, (Datum) 0, true);
+	IdemRowSet(row, COL_RECOVERY_POINT, (Datum) 0, true);
+	IdemRowSet(row, COL_CREATED_AT, TimestampTzGetDatum(created_at), false);
+	IdemRowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(updated_at), false);
+	IdemRowSet(row, COL_EXPIRES_AT, TimestampTzGetDatum(expires_at), false);
+	IdemRowSet(row, COL_TTL, IntervalPGetDatum(ttl), false);
 }
 
 /* Start a row with no column set */

@@ -81,6 +81,8 @@ typedef struct IdemTable
 	Oid			pkey;			/* the primary key (scope, operation, key) */
 	bool		own_rules;		/* no rule of the owner's on its writes
 								 * (records.c, OnlyOwnRules) */
+	bool		member;			/* idem_keys itself, a member of the
+								 * extension (not a Citus shard) */
 } IdemTable;
 
 /* The executor state of the writes of one call */
@@ -138,6 +140,10 @@ extern void IdemRecordsCheckWritable(IdemTable *table, AclMode mode,
 									 const char *function);
 extern Datum IdemRecordsFormRow(IdemTable *table, IdemRow *row);
 extern void IdemRowInit(IdemRow *row);
+extern void IdemRowNewRecord(IdemRow *row, text *scope, text *operation,
+							 text *key, bytea *hash, bool completed,
+							 TimestampTz created_at, TimestampTz updated_at,
+							 TimestampTz expires_at, Interval *ttl);
 extern void IdemRowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull);
 
 /* The value of column col in slot (which has all attributes deformed) */

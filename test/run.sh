@@ -9,9 +9,13 @@
 #                     tests that need preloading print "skipped: why" and
 #                     count as skipped)
 #   stock/isolation   make installcheck REGRESS=     (specs/, expected/)
-# then restarts it with shared_preload_libraries = 'idempotency':
-#   regress           the same, where a test that skips itself fails
+# then the preloaded pass, `make installcheck-preloaded` (a temporary
+# instance of the server's own, with test/preload.conf: the library
+# preloaded and the worker running, as pg_cron's Makefile tests):
+#   regress           the same tests, where a test that skips itself fails
 #   isolation         the same
+# and restarts the suite's cluster with shared_preload_libraries =
+# 'idempotency' for:
 #   script/NAME       test/scripts/NAME.sh against that cluster (storms,
 #                     cross-checks, examples); exit 77 means skipped, the
 #                     script's last line saying why
@@ -36,7 +40,9 @@
 #                       isolation run on the stock and the preloaded cluster)
 #   IDEM_KEEP=1         keep the temp directory (logs, diffs, results)
 #   IDEM_VALGRIND=1     run the suite's server under valgrind's memcheck
-#                       (test/valgrind.supp) and fail on any error it reports;
+#                       (test/valgrind.supp) and fail on any error it reports
+#                       (the preloaded pass then runs on the suite's cluster,
+#                       restarted under valgrind, not on a temporary instance);
 #                       use it with IDEM_ONLY=regress or isolation (the TAP
 #                       tests start servers of their own, and the storms get slow)
 
@@ -89,15 +95,16 @@ regress_skips() {
 	shopt -u nullglob
 }
 
-# make installcheck over the running cluster, for one kind of test.  With
-# skips=fail (a preloading server) a test that skipped itself fails.
+# make TARGET (installcheck over the running cluster, or
+# installcheck-preloaded on a temporary instance) for one kind of test.
+# With skips=fail (a preloading server) a test that skipped itself fails.
 run_regress() {
-	local group=$1 files=$2 diffs=$3 skips=$4 rc=0 line
-	shift 4
-	echo "== $group: make installcheck $*"
+	local group=$1 files=$2 diffs=$3 skips=$4 target=$5 rc=0 line
+	shift 5
+	echo "== $group: make $target $*"
 	local log=$IDEM_WORK/${group//\//-}.log
 	as_test_user rm -rf "$IDEM_SRC/results"
-	run_make "$log" installcheck "$@" || rc=$?
+	run_make "$log" "$target" "$@" || rc=$?
 	while IFS= read -r line; do
 		[ -n "$line" ] || continue
 		if [ "$skips" = fail ]; then
@@ -116,18 +123,18 @@ run_regress() {
 	fi
 }
 
-# Both installcheck groups against the cluster as it runs now; skips says
-# what a test that skips itself counts as (skip, or fail)
+# Both installcheck groups with make TARGET; skips says what a test that
+# skips itself counts as (skip, or fail)
 run_installcheck() {
-	local prefix=$1 skips=$2 n_sql n_spec
+	local prefix=$1 skips=$2 target=$3 n_sql n_spec
 	n_sql=$(find "$IDEM_SRC/sql" -maxdepth 1 -name '*.sql' | wc -l)
 	n_spec=$(find "$IDEM_SRC/specs" -maxdepth 1 -name '*.spec' | wc -l)
 	if [ "$only" = all ] || [ "$only" = regress ]; then
-		run_regress "${prefix}regress" "$n_sql" regression.diffs "$skips" ISOLATION=
+		run_regress "${prefix}regress" "$n_sql" regression.diffs "$skips" "$target" ISOLATION=
 	fi
 	if [ "$only" = all ] || [ "$only" = isolation ]; then
 		run_regress "${prefix}isolation" "$n_spec" output_iso/regression.diffs \
-			"$skips" REGRESS=
+			"$skips" "$target" REGRESS=
 	fi
 }
 
@@ -196,13 +203,19 @@ esac
 
 # As packagers run it: the library is not preloaded, and the tests that
 # need it skip themselves
-run_installcheck stock/ skip
-if [ "$only" != tap ]; then
+run_installcheck stock/ skip installcheck
+# Preloaded, with the worker running: every test runs, and a server that
+# lost the setting fails them.  On a temporary instance of its own (make
+# installcheck-preloaded), but under valgrind on the suite's cluster.
+if [ "${IDEM_VALGRIND:-0}" = 1 ]; then
 	idem_restart_cluster "shared_preload_libraries = 'idempotency'"
+	run_installcheck "" fail installcheck
+else
+	run_installcheck "" fail installcheck-preloaded
 fi
-# Preloaded: every test runs, and a server that lost the setting fails them
-run_installcheck "" fail
 if [ "$only" = all ] || [ "$only" = scripts ]; then
+	[ "${IDEM_VALGRIND:-0}" = 1 ] ||
+		idem_restart_cluster "shared_preload_libraries = 'idempotency'"
 	run_scripts
 fi
 if [ "$only" = all ] || [ "$only" = tap ]; then

@@ -138,7 +138,8 @@ if [ -f "$zip" ]; then
 	outside=$(grep -v "^idempotency-$version/" "$tmp/list" || true)
 	[ -z "$outside" ] && ok "every file is under idempotency-$version/" || fail "files outside idempotency-$version/: $outside"
 	for f in META.json LICENSE README.md Makefile idempotency.control \
-		idempotency--0.1.0.sql idempotency--0.1.0--"$version".sql $provided doc/*.md; do
+		idempotency--0.1.0.sql idempotency--0.1.0--0.2.0.sql idempotency--0.2.0.sql \
+		idempotency--0.2.0--"$version".sql $provided doc/*.md; do
 		grep -qx "idempotency-$version/$f" "$tmp/list" && ok "the zip has $f" || fail "the zip lacks $f"
 	done
 	grep -qx "idempotency-$version/idempotency--$version.sql" "$tmp/list" &&

@@ -87,7 +87,7 @@ $node->safe_psql('shop', q{DROP VIEW public.open_keys});
 
 $node->safe_psql('shop', 'ALTER EXTENSION idempotency UPDATE');
 is($node->safe_psql('shop', q{SELECT extversion FROM pg_extension WHERE extname = 'idempotency'}),
-	'0.2.0', 'the extension was updated');
+	'0.3.0', 'the extension was updated');
 is( $node->safe_psql(
 		'shop',
 		q{SELECT coalesce(string_agg(tbl || ' ' || event || ' as ' || who, ', '), 'none') FROM tabowner.fired}),

@@ -1,0 +1,375 @@
+/*-------------------------------------------------------------------------
+ *
+ * held.c
+ *	  Held reservations: one write per request.  A reservation of a new key
+ *	  is held (its key lock kept, nothing written) and its record is written
+ *	  once, later in the transaction, as the write the reservation would
+ *	  have made at once.
+ *
+ * A request reserved and completed in one transaction (idem_call, a stored
+ * procedure, client statements between BEGIN and COMMIT) needs its record
+ * only once it is completed: nobody else can see the processing state of
+ * an uncommitted row except as "in_progress", which the key lock says as
+ * well.  So a reservation of an absent key does not write: keys.c keeps the
+ * key lock (transaction-level, owned by the current subtransaction) and
+ * this file remembers the request in the transaction's list of held
+ * reservations.  The record is then written once: completed by
+ * idem_complete (an insert instead of an insert and an update), or
+ * processing just before the transaction commits or prepares
+ * (XACT_EVENT_PRE_COMMIT / PRE_PREPARE, after the deferred triggers of the
+ * transaction's own statements), or when idem_checkpoint or idem_release
+ * needs the row, or before any DDL of the transaction (below).
+ * idem_consume's record is held too, and written completed at commit, its
+ * expiry counted from that write, so that it lives its ttl after COMMIT.
+ * A held reservation is forgotten, and its lock released, with the
+ * subtransaction that made it; a write is undone with the subtransaction
+ * that made it, and the reservation is held again.  The list lives in
+ * TopTransactionContext and is dropped at the end of the transaction; it is
+ * never shared (idem_lookup, which reads it, never runs in a parallel
+ * worker).
+ *
+ * The write is the one the reservation would have made:
+ *	- as the role that reserved, in its security context, saved when it is
+ *	  held and restored for the write, as core runs a deferred trigger as
+ *	  the role that queued it (PostgreSQL 18's trigger.c): a SECURITY
+ *	  DEFINER procedure reserving for its caller, or a SET ROLE after the
+ *	  reservation, writes with the rights the reservation was checked with.
+ *	  The same checks are made again (read-only transaction, INSERT
+ *	  privilege; a completion's UPDATE privilege as the role completing).
+ *	- under the lock an immediate write takes: RowExclusiveLock on the
+ *	  table, taken when the reservation is held, so that another session's
+ *	  DDL (CREATE INDEX, CREATE TRIGGER, ALTER TABLE) waits for the holder
+ *	  as it waits for a writer.
+ *	- into the table by OID, never by name.
+ *	- running no code of any role: only a table whose writes run nothing but
+ *	  the install script's rules, recognised by their definitions
+ *	  (records.c, OnlyOwnRules), and only idem_keys itself (a member of the
+ *	  extension, not a Citus shard), is held.  There a write fails or
+ *	  succeeds the same whenever it is made.  The commit callback fires no
+ *	  trigger; a table that gained a rule in between (which only DDL of the
+ *	  transaction itself could add, and that DDL finds the records written)
+ *	  fails the commit rather than run it.
+ *	- before any DDL of the transaction (a utility statement that
+ *	  GetCommandLogLevel calls DDL, and TRUNCATE: RENAME, SET SCHEMA, ALTER
+ *	  TABLE of any kind, DROP, DROP EXTENSION, CREATE TRIGGER ...): the
+ *	  ProcessUtility hook writes what is held first, so the DDL finds the
+ *	  records as it would have found immediate writes.  A table that is
+ *	  gone at commit all the same fails the commit: never an effect
+ *	  without its record.
+ * A reservation is written at once instead, as before, where these cannot
+ * be guaranteed: inside a security-restricted operation, on a table with
+ * rules of its owner (its triggers then see the processing insert, and its
+ * CHECKs and index predicates refuse the reservation itself), on a Citus
+ * shard, and beyond IDEM_MAX_HELD reservations per transaction, so that a
+ * transaction of many keys does not fill the lock table.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "held.h"
+
+/* Held reservations per transaction at most (see the file header) */
+#define IDEM_MAX_HELD	16
+
+static IdemHeld *held_keys = NULL;
+static int	held_count = 0;
+static bool held_callbacks = false;
+static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+
+/* The reservation of a key this transaction holds and has not written, or NULL */
+IdemHeld *
+IdemHeldFind(Oid nspid, text *scope, text *operation, text *key)
+{
+	IdemHeld   *h;
+
+	for (h = held_keys; h != NULL; h = h->next)
+		if (h->written == InvalidSubTransactionId && h->nspid == nspid &&
+			IdemVarlenaEqual(h->key, key) && IdemVarlenaEqual(h->operation, operation) &&
+			IdemVarlenaEqual(h->scope, scope))
+			return h;
+	return NULL;
+}
+
+/* when + ttl */
+static TimestampTz
+AddTtl(TimestampTz when, Interval *ttl)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(when),
+												   IntervalPGetDatum(ttl)));
+}
+
+/* The record of a held reservation as it stands, with change applied over it */
+void
+IdemHeldRow(IdemHeld *h, IdemRow *change, IdemRow *row)
+{
+	int			c;
+
+	IdemRowNewRecord(row, h->scope, h->operation, h->key, h->hash, h->completed,
+					 h->created_at, h->created_at, h->expires_at, h->ttl);
+	if (change != NULL)
+		for (c = 0; c < IDEM_NUM_COLUMNS; c++)
+			if (change->set[c])
+				IdemRowSet(row, (IdemColumn) c, change->values[c], change->isnull[c]);
+}
+
+/* Raise the error for a held record whose table is gone or gained rules */
+pg_noreturn static void
+ReportUnwritable(IdemHeld *h, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("cannot write the record of idempotency key \"%s\"",
+					text_to_cstring(h->key)),
+			 errdetail("Operation \"%s\", scope \"%s\": %s",
+					   text_to_cstring(h->operation), text_to_cstring(h->scope), why),
+			 errhint("Change table idem_keys in a transaction that reserves no key.")));
+}
+
+/*
+ * Write the record of the held reservation h: as reserved (processing, or
+ * completed for idem_consume, its expiry counted from now), or with the
+ * columns set in change (a completion or a checkpoint, which set its
+ * heartbeat and expiry themselves).  The key lock makes the insert safe:
+ * nobody else writes a record of this key meanwhile.  at_commit: from the
+ * commit callback, where no code of any role may run.
+ */
+static void
+WriteHeld(IdemHeld *h, IdemRow *change, const char *function, bool at_commit)
+{
+	IdemTable	table;
+	IdemWriter	w;
+	IdemRow		row;
+	bool		pushed = false;
+	Oid			save_userid;
+	int			save_sec_context;
+
+	/* At commit there is no statement, and so no snapshot, of our own */
+	if (!ActiveSnapshotSet())
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pushed = true;
+	}
+	IdemHeldRow(h, change, &row);
+	if (change == NULL && h->completed)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
+		IdemRowSet(&row, COL_EXPIRES_AT, TimestampTzGetDatum(AddTtl(now, h->ttl)), false);
+	}
+
+	/* The table by OID, locked since the reservation */
+	if (!IdemRecordsTryOpenRelation(h->relid, RowExclusiveLock, &table))
+		ReportUnwritable(h, "Table idem_keys was dropped in this transaction after the key was reserved.");
+	if (at_commit && !(table.own_rules && table.member))
+		ReportUnwritable(h, "Table idem_keys was changed in this transaction after the key was reserved, so that writing the record at commit would run code of its owner's.");
+
+	/* A completion or a checkpoint is the current role's update */
+	if (change != NULL)
+		IdemRecordsCheckWritable(&table, ACL_UPDATE, function);
+
+	/* The reservation's insert, as the role that reserved */
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(h->roleid,
+						   save_sec_context | h->sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	IdemRecordsWriterBegin(&table, ACL_INSERT, function, &w);
+	IdemRecordsInsert(&w, &row);
+	IdemRecordsWriterEnd(&w);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
+
+	IdemRecordsClose(&table);
+	h->written = GetCurrentSubTransactionId();
+	if (pushed)
+		PopActiveSnapshot();
+}
+
+/* Write the held reservation h now, with change (see WriteHeld) */
+void
+IdemHeldWrite(IdemHeld *h, IdemRow *change, const char *function)
+{
+	WriteHeld(h, change, function, false);
+}
+
+/* Write every reservation still held, as reserved */
+static void
+WriteAllHeld(bool at_commit)
+{
+	IdemHeld   *h;
+
+	for (h = held_keys; h != NULL; h = h->next)
+		if (h->written == InvalidSubTransactionId)
+			WriteHeld(h, NULL, h->completed ? "idem_consume()" : "idem_reserve()",
+					  at_commit);
+}
+
+/*
+ * At commit or prepare, write what is still held; at the end of the
+ * transaction, forget the list (its memory goes with TopTransactionContext).
+ */
+static void
+HeldXactCallback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			WriteAllHeld(true);
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			held_keys = NULL;
+			held_count = 0;
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * A subtransaction that rolls back takes its held reservations with it
+ * (its resource owner releases their key locks) and undoes its writes of
+ * others, which are held again; one that commits hands both to its parent.
+ */
+static void
+HeldSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	IdemHeld  **link;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	for (link = &held_keys; *link != NULL;)
+	{
+		IdemHeld   *h = *link;
+
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+		{
+			if (h->subid == mySubid)
+			{
+				*link = h->next;
+				held_count--;
+				continue;
+			}
+			if (h->written == mySubid)
+				h->written = InvalidSubTransactionId;
+		}
+		else
+		{
+			if (h->subid == mySubid)
+				h->subid = parentSubid;
+			if (h->written == mySubid)
+				h->written = parentSubid;
+		}
+		link = &h->next;
+	}
+}
+
+/*
+ * Does a utility statement change a table's definition or contents as DDL
+ * does?  Every DDL statement (GetCommandLogLevel), and TRUNCATE.
+ */
+static bool
+IsDDL(Node *stmt)
+{
+	return IsA(stmt, TruncateStmt) || GetCommandLogLevel(stmt) == LOGSTMT_DDL;
+}
+
+/* Before any DDL of a transaction that holds reservations, write them */
+static void
+HeldProcessUtility(PlannedStmt *pstmt, const char *queryString,
+				   bool readOnlyTree, ProcessUtilityContext context,
+				   ParamListInfo params, QueryEnvironment *queryEnv,
+				   DestReceiver *dest, QueryCompletion *qc)
+{
+	if (held_keys != NULL && IsTransactionState() && IsDDL(pstmt->utilityStmt))
+		WriteAllHeld(false);
+	if (prev_ProcessUtility)
+		prev_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+							queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
+
+/* Install the ProcessUtility hook (_PG_init) */
+void
+IdemHeldInit(void)
+{
+	prev_ProcessUtility = ProcessUtility_hook;
+	ProcessUtility_hook = HeldProcessUtility;
+}
+
+/*
+ * May a reservation of table be held rather than written (see the file
+ * header)?  The caller holds the key lock and found no record.
+ */
+bool
+IdemHeldAllowed(IdemTable *table)
+{
+	return held_count < IDEM_MAX_HELD && table->own_rules && table->member &&
+		!InSecurityRestrictedOperation();
+}
+
+/*
+ * Hold the reservation of a key in table, whose key lock the caller keeps:
+ * check what its write will check, take the lock its write takes, and
+ * remember it with the role and security context that reserved.
+ */
+void
+IdemHeldAdd(IdemTable *table, Oid nspid, text *scope, text *operation,
+			text *key, bytea *hash, Interval *ttl, TimestampTz created_at,
+			TimestampTz expires_at, bool completed)
+{
+	MemoryContext oldcxt;
+	IdemHeld   *h;
+
+	IdemRecordsCheckWritable(table, ACL_INSERT,
+							 completed ? "idem_consume()" : "idem_reserve()");
+	if (table->lockmode < RowExclusiveLock)
+	{
+		/* Locked already: the table cannot have gone meanwhile */
+		LockRelationOid(RelationGetRelid(table->rel), RowExclusiveLock);
+		table->lockmode = RowExclusiveLock;
+	}
+
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	if (!held_callbacks)
+	{
+		RegisterXactCallback(HeldXactCallback, NULL);
+		RegisterSubXactCallback(HeldSubXactCallback, NULL);
+		held_callbacks = true;
+	}
+	h = palloc0(sizeof(IdemHeld));
+	h->nspid = nspid;
+	h->relid = RelationGetRelid(table->rel);
+	h->scope = DatumGetTextPCopy(PointerGetDatum(scope));
+	h->operation = DatumGetTextPCopy(PointerGetDatum(operation));
+	h->key = DatumGetTextPCopy(PointerGetDatum(key));
+	h->hash = hash ? DatumGetByteaPCopy(PointerGetDatum(hash)) : NULL;
+	h->ttl = palloc(sizeof(Interval));
+	memcpy(h->ttl, ttl, sizeof(Interval));
+	h->created_at = created_at;
+	h->expires_at = expires_at;
+	h->completed = completed;
+	GetUserIdAndSecContext(&h->roleid, &h->sec_context);
+	h->subid = GetCurrentSubTransactionId();
+	h->written = InvalidSubTransactionId;
+	h->next = held_keys;
+	held_keys = h;
+	held_count++;
+	MemoryContextSwitchTo(oldcxt);
+}
