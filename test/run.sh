@@ -69,6 +69,11 @@ IDEM_PACKAGES+=(python3-yaml)
 idem_setup "idempotency.enabled = off" "shared_preload_libraries = ''"
 # Not every suite has every package (no postgresql-19-cron in experimental)
 idem_install_optional "postgresql-$PGVER-cron"
+# The client libraries' caches (PyPI, npm, the Go module proxy, Maven
+# Central), kept between runs on one machine, belong to the user the
+# scripts run as, whoever made them first
+as_root mkdir -p /var/tmp/idempotency-cache
+as_root chown -R "$(idem_test_user)" /var/tmp/idempotency-cache
 
 source "$(dirname "$0")/count.sh"
 
