@@ -7,7 +7,7 @@ import { after, before, describe, it } from 'node:test';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { ExtensionVersionError } from '../src/index.js';
 import fastifyIdempotency from '../src/fastify.js';
-import { createDatabase, holdReservation, sleep, type TestDatabase } from './helpers.js';
+import { createDatabase, defaultVersion, holdReservation, sleep, type TestDatabase } from './helpers.js';
 
 const users: Record<string, string> = { 'token-a': 'user-a', 'token-b': 'user-b' };
 const scope = (request: FastifyRequest) => users[(request.headers.authorization ?? '').replace(/^Bearer /, '')];
@@ -58,8 +58,8 @@ after(async () => {
 });
 
 describe('the Fastify plugin', () => {
-  it('decorates the instance, typed', () => {
-    assert.equal(app.idempotency.extension.version, '0.2.0');
+  it('decorates the instance, typed', async () => {
+    assert.equal(app.idempotency.extension.version, await defaultVersion(db.pool));
     assert.equal(app.idempotency.mapping['in-progress'].status, 409);
   });
   it('takes a quoted and a bare key as one key, replaying the status, body and Location', async () => {

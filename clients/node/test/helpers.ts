@@ -60,6 +60,13 @@ export async function createDatabase(label: string, { extension = true, version 
   };
 }
 
+/** The version `CREATE EXTENSION` installs on this server (the control file's `default_version`). */
+export async function defaultVersion(pool: pg.Pool): Promise<string> {
+  const { rows } = await pool.query<{ v: string }>(
+    "SELECT default_version AS v FROM pg_catalog.pg_available_extensions WHERE name = 'idempotency'");
+  return rows[0]!.v;
+}
+
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Commits a processing reservation of (operation, key, scope), as a request in flight would hold. */
