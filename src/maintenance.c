@@ -58,10 +58,13 @@
  *	- A reconciler is called with the record locked FOR UPDATE SKIP LOCKED
  *	  and settles it through idem_complete or idem_release, which may wait:
  *	  each call has idempotency.reconciler_timeout, after which it is
- *	  cancelled like a statement past statement_timeout.
- * Between units the worker ends its pass when DROP DATABASE or ALTER
- * DATABASE waits for its database (worker.c): they wait for one batch or
- * one reconciler call at most.
+ *	  cancelled like a statement past statement_timeout; a call that
+ *	  catches the cancel is ended a grace later with its process, as
+ *	  SIGTERM ends it (ReconcilerKillHandler), so no reconciler keeps a
+ *	  worker slot or its database.
+ * The worker ends when DROP DATABASE or ALTER DATABASE waits for its
+ * database, between units and inside one (worker.c): they never wait on
+ * it more than a few seconds.
  *
  * Failures
  * --------
@@ -84,8 +87,10 @@
  * bootstrap superuser but does each unit as the owner of idem_keys, in a
  * security-restricted operation (BecomeTableOwner), so that the table's
  * triggers and constraints get that owner's rights only.  A reconciler
- * runs as its run_as role, with search_path pinned, after the checks of
- * ReconcilerRunnable, which trust nothing written in idem_reconcilers.
+ * runs as its run_as role, with search_path pinned, after the one rule of
+ * ReconcilerRunnable (reconcile.c): every role that controls code the call
+ * runs, the code its writes to idem_keys run included, must already be
+ * able to act as run_as.
  *
  * Durability
  * ----------

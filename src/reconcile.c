@@ -11,24 +11,29 @@
  * signature (text), the role it runs as (run_as) and the role that wrote
  * the row (registered_by, set by the trigger).  Nothing in that row is
  * trusted at call time, since anyone who may write the table can write any
- * value and rights change after a write:
+ * value and rights change after a write.  Before every call:
  *	- the signature is resolved again under the pinned search_path, and the
  *	  function checked to be a plain function(idem_keys) that run_as may
- *	  execute (handlers.c);
- *	- run_as and registered_by must still exist, and the registrar, the
- *	  function's owner (who can replace its body) and, in a session with
- *	  temporary objects, the session's role must still be able to act as
- *	  run_as;
- *	- no role that cannot act as run_as may own or create objects in the
- *	  extension's schema, which is on the pinned path, or own a function
- *	  or operator there: an overload that is a better match for a call
- *	  in the reconciler wins whatever the order of the path;
- *	- the call runs as run_as, in a security-restricted operation, with
- *	  search_path pinned to pg_catalog, the extension's schema, pg_temp, and
- *	  every setting it changes undone afterwards.
- * A check that fails skips the reconciler with a WARNING that names it and
- * says why; maintenance.c then skips the rest of its operation's records
- * for the pass.
+ *	  execute (handlers.c), and run_as and registered_by to exist;
+ *	- one rule (Trusted): every role that controls code the call will run
+ *	  must already be able to act as run_as, or the reconciler could hand
+ *	  it rights it lacks.  Those roles: the registrar; the function's
+ *	  owner; in a session with temporary objects, the session's role; for
+ *	  every schema of the effective search_path (the pinned one and the
+ *	  function's own SET search_path), its owner, the roles that may create
+ *	  in it and the owners of its functions and operators (an overload that
+ *	  is a better match wins whatever the order of the path), or for a
+ *	  schema named there that does not exist, whoever may create it; the
+ *	  owner of idem_keys and the roles granted TRIGGER on it, the owners of
+ *	  the functions that code attached to it calls (found through
+ *	  pg_depend) and of its columns' types, since the reconciler's writes
+ *	  run that code with run_as's rights.
+ * The first reason found skips the reconciler with one WARNING
+ * (ReportSkipped) naming the role and what it controls; maintenance.c
+ * then skips the rest of its operation's records for the pass.  The call
+ * runs as run_as, in a security-restricted operation, with search_path
+ * pinned to pg_catalog, the extension's schema, pg_temp, and every setting
+ * it changes undone afterwards.
  *
  * Locks: none of its own.  The caller holds the stuck record FOR UPDATE.
  *
@@ -321,14 +326,15 @@ TrustSchema(TrustCheck *tc, Oid nspid, const char *name)
 	Datum		aclDatum;
 	bool		isnull;
 
+	if (tc->refused)
+		return;
 	if (!OidIsValid(nspid))
 	{
-		if (!Trusted(tc, EffectiveOwner(ROLE_PG_DATABASE_OWNER),
-					 CONTROL_SCHEMA_MISSING, InvalidOid))
-			tc->name = name;
+		(void) Trusted(tc, EffectiveOwner(ROLE_PG_DATABASE_OWNER),
+					   CONTROL_SCHEMA_MISSING, InvalidOid);
 		TrustRolesWith(tc, RIGHT_DATABASE_CREATE, MyDatabaseId,
 					   CONTROL_SCHEMA_MISSING, InvalidOid);
-		if (tc->refused && tc->what == CONTROL_SCHEMA_MISSING)
+		if (tc->refused)
 			tc->name = name;
 		return;
 	}
@@ -500,6 +506,7 @@ TrustKeysTable(TrustCheck *tc, Oid keys)
 	int			natts;
 	AttrNumber	attnum;
 
+	/* the caller locked it, so it is there */
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for relation %u", keys);

@@ -54,11 +54,12 @@
  * (DROP DATABASE, ALTER DATABASE RENAME or SET TABLESPACE, CREATE DATABASE
  * copying it) the worker leaves quietly and the database waits for the next
  * round.  Between units of work the worker ends its pass when someone waits
- * for that lock, so it holds such a command up for one batch, or one
- * reconciler call (idempotency.reconciler_timeout), at most: no unit waits
- * on an application's lock without a limit (maintenance.c); the
- * lock goes only when the worker exits, after it has left the ProcArray, so
- * DROP DATABASE never finds it still connected.  A dropped extension ends a
+ * for that lock; inside a unit (a batch, a reconciler call) a timeout looks
+ * at the lock's wait mask every IDEM_WANTED_POLL_MS and ends the process as
+ * SIGTERM does, as DROP DATABASE ends an autovacuum worker.  So such a
+ * command waits on the worker a few seconds at most, whatever a reconciler
+ * does.  The lock goes only when the worker exits, after it has left the
+ * ProcArray, so DROP DATABASE never finds it still connected.  A dropped extension ends a
  * pass quietly too (maintenance.c).
  *
  * Yielding
@@ -82,8 +83,9 @@
  *
  * Signals and standby
  * -------------------
- * SIGTERM: die(), so a running batch is cancelled at once; between units
- * the processes exit without a FATAL message.  SIGHUP reloads the settings
+ * SIGTERM: die(), so a running batch or reconciler call ends at once (a
+ * FATAL, which no exception block catches); between units the processes
+ * exit without a FATAL message.  SIGHUP reloads the settings
  * (launcher: interval, enabled, max_workers; a running worker: enabled,
  * batch size and duty cycle).  Both are registered with
  * BgWorkerStart_RecoveryFinished: nothing runs on a standby, and the
