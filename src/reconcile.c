@@ -43,6 +43,7 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/dependency.h"
