@@ -430,11 +430,195 @@ SELECT idem_reconcile();
 SELECT rc_status('s2') AS s2;
 REVOKE CREATE ON SCHEMA public FROM regress_rc_admin;
 
+--
+-- 7. Code that another role controls inside the reconciler's writes, or on
+--    the function's own search_path (issue 29): a superuser's reconciler
+--    runs only while every role that controls code its call runs can act
+--    as the superuser; otherwise it is skipped with a WARNING naming the
+--    role and what it controls, and nothing of that role's runs
+--
+CREATE ROLE regress_rc_keys;
+CREATE TABLE rc_attached (kind text, who name, super boolean);
+GRANT INSERT ON rc_attached TO PUBLIC;
+-- ... in a schema of its own, which no reconciler's path names
+CREATE SCHEMA regress_rc_keys_code AUTHORIZATION regress_rc_keys;
+GRANT USAGE ON SCHEMA regress_rc_keys_code TO PUBLIC;
+-- What every kind of attached code calls: notes who runs it, and tries to
+-- make its owner SUPERUSER
+SET ROLE regress_rc_keys;
+CREATE FUNCTION regress_rc_keys_code.escalate(kind text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO public.rc_attached
+		SELECT kind, current_user, rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user;
+	BEGIN
+		ALTER ROLE regress_rc_keys SUPERUSER;
+	EXCEPTION WHEN insufficient_privilege THEN
+		NULL;
+	END;
+	RETURN true;
+END $$;
+-- ... as index expressions and generated columns need it
+CREATE FUNCTION regress_rc_keys_code.escalate_immutable(kind text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+	RETURN regress_rc_keys_code.escalate(kind);
+END $$;
+CREATE FUNCTION regress_rc_keys_code.escalate_trigger() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM regress_rc_keys_code.escalate(TG_NAME);
+	RETURN NEW;
+END $$;
+RESET ROLE;
+-- A superuser's reconciler that completes the record
+CREATE FUNCTION rc_complete(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM public.idem_complete(r.operation, r.key, '{"by": "reconciler"}', 200, NULL, r.scope);
+END $$;
+SELECT idem_set_reconciler('rc-pay', 'rc_complete(idem_keys)');
+-- A role that owns idem_keys (the README supports a non-superuser owner)
+-- attaches each kind of code PostgreSQL lets a table's owner attach; the
+-- superuser's reconciler is skipped before any of it runs
+SELECT rc_stuck('a1');
+ALTER TABLE idem_keys OWNER TO regress_rc_keys;
+SET ROLE regress_rc_keys;
+CREATE TRIGGER rc_row_trigger BEFORE UPDATE ON idem_keys
+	FOR EACH ROW EXECUTE FUNCTION regress_rc_keys_code.escalate_trigger();
+RESET ROLE;
+SELECT idem_reconcile();
+SET ROLE regress_rc_keys;
+DROP TRIGGER rc_row_trigger ON idem_keys;
+CREATE TRIGGER rc_statement_trigger AFTER UPDATE OR DELETE ON idem_keys
+	FOR EACH STATEMENT EXECUTE FUNCTION regress_rc_keys_code.escalate_trigger();
+RESET ROLE;
+SELECT idem_reconcile();
+SET ROLE regress_rc_keys;
+DROP TRIGGER rc_statement_trigger ON idem_keys;
+CREATE CONSTRAINT TRIGGER rc_deferred_trigger AFTER UPDATE ON idem_keys
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION regress_rc_keys_code.escalate_trigger();
+RESET ROLE;
+SELECT idem_reconcile();
+SET ROLE regress_rc_keys;
+DROP TRIGGER rc_deferred_trigger ON idem_keys;
+CREATE RULE rc_rule AS ON UPDATE TO idem_keys DO ALSO SELECT regress_rc_keys_code.escalate('rule');
+RESET ROLE;
+SELECT idem_reconcile();
+SET ROLE regress_rc_keys;
+DROP RULE rc_rule ON idem_keys;
+ALTER TABLE idem_keys ADD CONSTRAINT rc_check CHECK (regress_rc_keys_code.escalate('check'));
+RESET ROLE;
+DELETE FROM rc_attached;
+SELECT idem_reconcile();
+SET ROLE regress_rc_keys;
+ALTER TABLE idem_keys DROP CONSTRAINT rc_check;
+ALTER TABLE idem_keys ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rc_policy ON idem_keys USING (regress_rc_keys_code.escalate('policy'));
+RESET ROLE;
+SELECT idem_reconcile();
+GRANT CREATE ON SCHEMA public TO regress_rc_keys;
+SET ROLE regress_rc_keys;
+DROP POLICY rc_policy ON idem_keys;
+ALTER TABLE idem_keys DISABLE ROW LEVEL SECURITY;
+CREATE INDEX rc_expression_idx ON idem_keys (regress_rc_keys_code.escalate_immutable(key));
+RESET ROLE;
+REVOKE CREATE ON SCHEMA public FROM regress_rc_keys;
+DELETE FROM rc_attached;
+SELECT idem_reconcile();
+SET ROLE regress_rc_keys;
+DROP INDEX rc_expression_idx;
+RESET ROLE;
+GRANT CREATE ON SCHEMA public TO regress_rc_keys;
+SET ROLE regress_rc_keys;
+CREATE INDEX rc_partial_idx ON idem_keys (key) WHERE regress_rc_keys_code.escalate_immutable(status);
+RESET ROLE;
+REVOKE CREATE ON SCHEMA public FROM regress_rc_keys;
+DELETE FROM rc_attached;
+SELECT idem_reconcile();
+SET ROLE regress_rc_keys;
+DROP INDEX rc_partial_idx;
+-- (a column added by the owner, generated or with a default, makes every
+-- function raise: the extension writes whole records)
+ALTER TABLE idem_keys ALTER COLUMN resource_id
+	SET DEFAULT CASE WHEN regress_rc_keys_code.escalate('default') THEN NULL END;
+RESET ROLE;
+SELECT idem_reconcile();
+SET ROLE regress_rc_keys;
+ALTER TABLE idem_keys ALTER COLUMN resource_id DROP DEFAULT;
+RESET ROLE;
+ALTER TABLE idem_keys OWNER TO CURRENT_USER;
+SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_keys';
+SELECT kind, who, super FROM rc_attached WHERE super;
+SELECT rc_status('a1') AS a1;
+
+-- With a superuser owner, the roles that may attach code count too: a role
+-- granted TRIGGER, and the owner of a function that attached code calls
+GRANT TRIGGER ON idem_keys TO regress_rc_keys;
+SELECT idem_reconcile();
+REVOKE TRIGGER ON idem_keys FROM regress_rc_keys;
+CREATE TRIGGER rc_foreign_function BEFORE UPDATE ON idem_keys
+	FOR EACH ROW EXECUTE FUNCTION regress_rc_keys_code.escalate_trigger();
+SELECT idem_reconcile();
+DROP TRIGGER rc_foreign_function ON idem_keys;
+ALTER TABLE idem_keys ADD CONSTRAINT rc_check CHECK (regress_rc_keys_code.escalate('check')) NOT VALID;
+SELECT idem_reconcile();
+ALTER TABLE idem_keys DROP CONSTRAINT rc_check;
+SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_keys';
+SELECT kind, who, super FROM rc_attached WHERE super;
+SELECT rc_status('a1') AS a1;
+-- ... and once nobody else controls any of it, the reconciler runs
+SELECT idem_reconcile();
+SELECT rc_status('a1') AS a1;
+
+-- The reconciler's own SET search_path is on its effective path too: an
+-- overload planted in a schema it names, by a role that owns that schema
+CREATE SCHEMA regress_rc_planted AUTHORIZATION regress_rc_keys;
+CREATE FUNCTION rc_complete_own_path(r idem_keys) RETURNS void LANGUAGE plpgsql
+SET search_path = regress_rc_planted, public, pg_catalog AS $$
+BEGIN
+	PERFORM public.idem_complete(r.operation, r.key,
+		jsonb_build_object('payment_id', 42::bigint, 'status', 'paid'::text), 200, NULL, r.scope);
+END $$;
+SET ROLE regress_rc_keys;
+CREATE FUNCTION regress_rc_planted.jsonb_build_object(text, bigint, text, text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM regress_rc_keys_code.escalate('planted');
+	RETURN pg_catalog.jsonb_build_object($1, $2, $3, $4);
+END $$;
+RESET ROLE;
+SELECT idem_set_reconciler('rc-pay', 'rc_complete_own_path(idem_keys)');
+SELECT rc_stuck('a2');
+SELECT idem_reconcile();
+-- ... or one that the role only may create in, or planted before
+ALTER SCHEMA regress_rc_planted OWNER TO CURRENT_USER;
+GRANT CREATE ON SCHEMA regress_rc_planted TO regress_rc_keys;
+SELECT idem_reconcile();
+REVOKE CREATE ON SCHEMA regress_rc_planted FROM regress_rc_keys;
+SELECT idem_reconcile();
+DROP FUNCTION regress_rc_planted.jsonb_build_object(text, bigint, text, text);
+-- ... or a schema of the path that does not exist yet, which a role with
+-- CREATE on the database could create ("$user" is the superuser's name)
+ALTER FUNCTION rc_complete_own_path(idem_keys) SET search_path = "$user", public, pg_catalog;
+GRANT CREATE ON DATABASE :"DBNAME" TO regress_rc_keys;
+SELECT idem_reconcile();
+REVOKE CREATE ON DATABASE :"DBNAME" FROM regress_rc_keys;
+SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_keys';
+SELECT kind, who, super FROM rc_attached WHERE super;
+SELECT rc_status('a2') AS a2;
+-- ... none: it runs, with pg_catalog's jsonb_build_object
+SELECT idem_reconcile();
+SELECT status, response FROM idem_keys WHERE scope = 'rc' AND key = 'a2';
+DROP SCHEMA regress_rc_planted;
+DROP SCHEMA regress_rc_keys_code CASCADE;
+DROP TABLE rc_attached;
+DROP FUNCTION rc_complete(idem_keys), rc_complete_own_path(idem_keys);
+
 -- Clean up
 SELECT idem_set_reconciler('rc-pay', NULL);
 DELETE FROM idem_keys WHERE scope = 'rc';
-DROP OWNED BY regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_rc_member;
-DROP ROLE regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_rc_member;
+DROP OWNED BY regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_rc_member, regress_rc_keys;
+DROP ROLE regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_rc_member, regress_rc_keys;
 DROP FUNCTION rc_stuck(text), rc_status(text), rc_release(idem_keys), rc_jsonb(jsonb),
 	rc_complete_literal(idem_keys),
 	rc_gone(idem_keys), rc_ledger_check(idem_keys), rc_call_as_owner(regprocedure),

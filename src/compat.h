@@ -49,6 +49,29 @@
 	pg_namespace_aclcheck((nspid), (roleid), (mode))
 #endif
 
+/* ... and on a database */
+#if PG_VERSION_NUM >= 160000
+#define IdemDatabaseAclCheck(dbid, roleid, mode) \
+	object_aclcheck(DatabaseRelationId, (dbid), (roleid), (mode))
+#else
+#define IdemDatabaseAclCheck(dbid, roleid, mode) \
+	pg_database_aclcheck((dbid), (roleid), (mode))
+#endif
+
+/*
+ * PostgreSQL 18 added whether to log a failed conditional lock to
+ * LockAcquireExtended
+ */
+#if PG_VERSION_NUM >= 180000
+#define IdemLockAcquireExtended(locktag, lockmode, session, dontwait, locallockp) \
+	LockAcquireExtended((locktag), (lockmode), (session), (dontwait), true, \
+						(locallockp), false)
+#else
+#define IdemLockAcquireExtended(locktag, lockmode, session, dontwait, locallockp) \
+	LockAcquireExtended((locktag), (lockmode), (session), (dontwait), true, \
+						(locallockp))
+#endif
+
 /*
  * PostgreSQL 16 made SET ROLE a separate option of a membership; before,
  * every member could SET ROLE.

@@ -66,7 +66,7 @@ _PG_init(void)
 	 */
 	DefineCustomIntVariable("idempotency.reconciler_timeout",
 							"Longest time one reconciler call may run.",
-							"A call still running after it is cancelled like a statement that exceeded statement_timeout: a WARNING names the key, the record stays stuck, and the next maintenance pass calls the reconciler again.",
+							"A call still running after it is cancelled like a statement that exceeded statement_timeout: a WARNING names the key, the record stays stuck, and the next maintenance pass calls the reconciler again.  A call that catches the cancel is ended with its process a grace later (half the limit, at most 1 s).",
 							&idem_reconciler_timeout_ms,
 							5 * 60 * 1000,
 							1,

@@ -58,10 +58,13 @@
  *	- A reconciler is called with the record locked FOR UPDATE SKIP LOCKED
  *	  and settles it through idem_complete or idem_release, which may wait:
  *	  each call has idempotency.reconciler_timeout, after which it is
- *	  cancelled like a statement past statement_timeout.
- * Between units the worker ends its pass when DROP DATABASE or ALTER
- * DATABASE waits for its database (worker.c): they wait for one batch or
- * one reconciler call at most.
+ *	  cancelled like a statement past statement_timeout; a call that
+ *	  catches the cancel is ended a grace later with its process, as
+ *	  SIGTERM ends it (ReconcilerKillHandler), so no reconciler keeps a
+ *	  worker slot or its database.
+ * The worker ends when DROP DATABASE or ALTER DATABASE waits for its
+ * database, between units and inside one (worker.c): they never wait on
+ * it more than a few seconds.
  *
  * Failures
  * --------
@@ -84,8 +87,10 @@
  * bootstrap superuser but does each unit as the owner of idem_keys, in a
  * security-restricted operation (BecomeTableOwner), so that the table's
  * triggers and constraints get that owner's rights only.  A reconciler
- * runs as its run_as role, with search_path pinned, after the checks of
- * ReconcilerRunnable, which trust nothing written in idem_reconcilers.
+ * runs as its run_as role, with search_path pinned, after the one rule of
+ * ReconcilerRunnable (reconcile.c): every role that controls code the call
+ * runs, the code its writes to idem_keys run included, must already be
+ * able to act as run_as.
  *
  * Durability
  * ----------
@@ -1230,9 +1235,27 @@ typedef enum ReconcileResult
 	RECONCILE_GONE				/* no longer stuck, or being written */
 } ReconcileResult;
 
-/* The timeout of a reconciler call (idempotency.reconciler_timeout) */
+/*
+ * Grace, in milliseconds, between the cancel of a reconciler call past
+ * idempotency.reconciler_timeout and the end of the process, for a call
+ * that caught the cancel: at most half the timeout, so that the process
+ * has ended within one and a half timeouts.
+ */
+#define IDEM_RECONCILER_GRACE_MS	1000
+
+/* The timeouts of a reconciler call: the cancel, then the end */
 static TimeoutId reconciler_timeout_id = MAX_TIMEOUTS;
+static TimeoutId reconciler_kill_id = MAX_TIMEOUTS;
+static volatile sig_atomic_t reconciler_in_call = false;
 static volatile sig_atomic_t reconciler_timed_out = false;
+static volatile sig_atomic_t reconciler_abandoned = false;
+
+/* The call running now, for the WARNING of ReportAbandonedCall */
+static char *call_handler = NULL;
+static char *call_operation = NULL;
+static char *call_scope = NULL;
+static char *call_key = NULL;
+static bool call_exit_registered = false;
 
 /*
  * The reconciler ran out of time: cancel it as StatementCancelHandler
@@ -1243,7 +1266,7 @@ static void
 ReconcilerTimeoutHandler(void)
 {
 	reconciler_timed_out = true;
-	if (!proc_exit_inprogress)
+	if (reconciler_in_call && !proc_exit_inprogress)
 	{
 		InterruptPending = true;
 		QueryCancelPending = true;
@@ -1251,24 +1274,107 @@ ReconcilerTimeoutHandler(void)
 	SetLatch(MyLatch);
 }
 
-/* Start the clock of one reconciler call */
+/*
+ * The reconciler is still running a grace after its cancel: it caught it.
+ * End the process as SIGTERM does (a FATAL, which no exception block
+ * catches); the transaction, and with it the record's lock, goes with it,
+ * and ReportAbandonedCall says so.  The worker's launcher starts another
+ * worker; a session calling idem_reconcile() or idem_maintain() ends.
+ */
 static void
-ReconcilerTimerStart(void)
+ReconcilerKillHandler(void)
 {
-	if (reconciler_timeout_id == MAX_TIMEOUTS)
-		reconciler_timeout_id = RegisterTimeout(USER_TIMEOUT, ReconcilerTimeoutHandler);
-	reconciler_timed_out = false;
-	enable_timeout_after(reconciler_timeout_id, idem_reconciler_timeout_ms);
+	if (reconciler_in_call && !proc_exit_inprogress)
+	{
+		reconciler_abandoned = true;
+		InterruptPending = true;
+		ProcDiePending = true;
+	}
+	SetLatch(MyLatch);
 }
 
 /*
- * Stop it; true when it fired.  A cancel it raised after the reconciler
- * returned is dropped: it was meant for the call only.
+ * At the exit of a process that ended a reconciler call which caught its
+ * cancel: the WARNING that names the key (after the FATAL that ended it).
+ */
+static void
+ReportAbandonedCall(int code, Datum arg)
+{
+	if (!reconciler_abandoned || call_key == NULL)
+		return;
+	reconciler_abandoned = false;
+	/* the context of the interrupted function says nothing more here */
+	error_context_stack = NULL;
+	ereport(WARNING,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("reconciler %s did not end at its time limit for idempotency key \"%s\"",
+					call_handler, call_key),
+			 errdetail("Operation \"%s\", scope \"%s\". The call went on after it was cancelled at idempotency.reconciler_timeout (%d ms), so its process was ended.",
+					   call_operation, call_scope, idem_reconciler_timeout_ms),
+			 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass.  A reconciler must not catch query_canceled.")));
+}
+
+/* Replace a string of the current call, kept in TopMemoryContext */
+static void
+SetCallString(char **field, const char *value)
+{
+	if (*field != NULL)
+		pfree(*field);
+	*field = MemoryContextStrdup(TopMemoryContext, value);
+}
+
+/*
+ * Start the clocks of one call of the reconciler of rec: the cancel at
+ * idempotency.reconciler_timeout, and the end of the process a grace
+ * later, which no reconciler can catch or put off.
+ */
+static void
+ReconcilerTimerStart(StuckRecord *rec)
+{
+	EnableTimeoutParams timeouts[2];
+	int			grace = Min(IDEM_RECONCILER_GRACE_MS, idem_reconciler_timeout_ms / 2);
+
+	if (reconciler_timeout_id == MAX_TIMEOUTS)
+	{
+		reconciler_timeout_id = RegisterTimeout(USER_TIMEOUT, ReconcilerTimeoutHandler);
+		reconciler_kill_id = RegisterTimeout(USER_TIMEOUT, ReconcilerKillHandler);
+	}
+	if (!call_exit_registered)
+	{
+		before_shmem_exit(ReportAbandonedCall, (Datum) 0);
+		call_exit_registered = true;
+	}
+	SetCallString(&call_handler, rec->rc.handler);
+	SetCallString(&call_operation, text_to_cstring(rec->rc.operation));
+	SetCallString(&call_scope, text_to_cstring(rec->scope));
+	SetCallString(&call_key, text_to_cstring(rec->key));
+
+	reconciler_timed_out = false;
+	reconciler_in_call = true;
+	timeouts[0].id = reconciler_timeout_id;
+	timeouts[0].type = TMPARAM_AFTER;
+	timeouts[0].delay_ms = idem_reconciler_timeout_ms;
+	timeouts[1].id = reconciler_kill_id;
+	timeouts[1].type = TMPARAM_AFTER;
+	timeouts[1].delay_ms = (int) Min((int64) idem_reconciler_timeout_ms + grace, INT_MAX);
+	enable_timeouts(timeouts, 2);
+}
+
+/*
+ * Stop them; true when the cancel fired.  A cancel it raised after the
+ * reconciler returned is dropped: it was meant for the call only.
  */
 static bool
 ReconcilerTimerStop(void)
 {
-	disable_timeout(reconciler_timeout_id, false);
+	DisableTimeoutParams timeouts[2];
+
+	reconciler_in_call = false;
+	timeouts[0].id = reconciler_timeout_id;
+	timeouts[0].keep_indicator = false;
+	timeouts[1].id = reconciler_kill_id;
+	timeouts[1].keep_indicator = false;
+	disable_timeouts(timeouts, 2);
 	if (!reconciler_timed_out)
 		return false;
 	QueryCancelPending = false;
@@ -1297,7 +1403,7 @@ ReconcilerCallRun(void *arg)
 {
 	ReconcilerCall *c = (ReconcilerCall *) arg;
 
-	ReconcilerTimerStart();
+	ReconcilerTimerStart(c->rec);
 	c->called = IdemReconcilerCall(maint_catalog.nspid, &c->rec->rc, c->row);
 	(void) ReconcilerTimerStop();
 }

@@ -11,24 +11,29 @@
  * signature (text), the role it runs as (run_as) and the role that wrote
  * the row (registered_by, set by the trigger).  Nothing in that row is
  * trusted at call time, since anyone who may write the table can write any
- * value and rights change after a write:
+ * value and rights change after a write.  Before every call:
  *	- the signature is resolved again under the pinned search_path, and the
  *	  function checked to be a plain function(idem_keys) that run_as may
- *	  execute (handlers.c);
- *	- run_as and registered_by must still exist, and the registrar, the
- *	  function's owner (who can replace its body) and, in a session with
- *	  temporary objects, the session's role must still be able to act as
- *	  run_as;
- *	- no role that cannot act as run_as may own or create objects in the
- *	  extension's schema, which is on the pinned path, or own a function
- *	  or operator there: an overload that is a better match for a call
- *	  in the reconciler wins whatever the order of the path;
- *	- the call runs as run_as, in a security-restricted operation, with
- *	  search_path pinned to pg_catalog, the extension's schema, pg_temp, and
- *	  every setting it changes undone afterwards.
- * A check that fails skips the reconciler with a WARNING that names it and
- * says why; maintenance.c then skips the rest of its operation's records
- * for the pass.
+ *	  execute (handlers.c), and run_as and registered_by to exist;
+ *	- one rule (Trusted): every role that controls code the call will run
+ *	  must already be able to act as run_as, or the reconciler could hand
+ *	  it rights it lacks.  Those roles: the registrar; the function's
+ *	  owner; in a session with temporary objects, the session's role; for
+ *	  every schema of the effective search_path (the pinned one and the
+ *	  function's own SET search_path), its owner, the roles that may create
+ *	  in it and the owners of its functions and operators (an overload that
+ *	  is a better match wins whatever the order of the path), or for a
+ *	  schema named there that does not exist, whoever may create it; the
+ *	  owner of idem_keys and the roles granted TRIGGER on it, the owners of
+ *	  the functions that code attached to it calls (found through
+ *	  pg_depend) and of its columns' types, since the reconciler's writes
+ *	  run that code with run_as's rights.
+ * The first reason found skips the reconciler with one WARNING
+ * (ReportSkipped) naming the role and what it controls; maintenance.c
+ * then skips the rest of its operation's records for the pass.  The call
+ * runs as run_as, in a security-restricted operation, with search_path
+ * pinned to pg_catalog, the extension's schema, pg_temp, and every setting
+ * it changes undone afterwards.
  *
  * Locks: none of its own.  The caller holds the stuck record FOR UPDATE.
  *
@@ -38,9 +43,13 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/transam.h"
 #include "access/table.h"
 #include "catalog/namespace.h"
+#include "catalog/dependency.h"
 #include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_depend.h"
 #include "catalog/pg_database.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_operator.h"
@@ -51,6 +60,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -58,6 +68,7 @@
 #include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
+#include "utils/varlena.h"
 
 #include "idempotency.h"
 
@@ -102,6 +113,76 @@ PinSearchPath(Oid nspid)
 }
 
 /*
+ * What a role controls that a reconciler's call runs, or what keeps the
+ * call from being made at all (the first four): the one list of reasons
+ * for skipping a reconciler, each reported by ReportSkipped.
+ */
+typedef enum Control
+{
+	CONTROL_RUN_AS_GONE,		/* the run-as role no longer exists */
+	CONTROL_REGISTRAR_GONE,		/* the registrar no longer exists */
+	CONTROL_HANDLER_GONE,		/* no function has the stored signature */
+	CONTROL_HANDLER_FAULT,		/* the function is not a reconciler */
+	CONTROL_REGISTRAR,			/* wrote the row: chose function and role */
+	CONTROL_FUNCTION,			/* owns the function: can change its body */
+	CONTROL_SESSION,			/* the calling session, with temporary objects */
+	CONTROL_SCHEMA_OWNER,		/* owns a schema on the effective path */
+	CONTROL_SCHEMA_CREATE,		/* may create in one (InvalidOid: PUBLIC) */
+	CONTROL_SCHEMA_MISSING,		/* may create a schema named on it */
+	CONTROL_SCHEMA_FUNCTION,	/* owns a function in one */
+	CONTROL_SCHEMA_OPERATOR,	/* owns an operator in one */
+	CONTROL_TABLE_OWNER,		/* owns idem_keys: attaches any code to it */
+	CONTROL_TABLE_TRIGGER,		/* may create triggers on idem_keys */
+	CONTROL_TABLE_CODE,			/* owns a function that code on it calls */
+	CONTROL_COLUMN_TYPE			/* owns the type of one of its columns */
+} Control;
+
+/* The checks of one call, and the first reason found to skip it */
+typedef struct TrustCheck
+{
+	const IdemReconciler *rc;
+	Oid			handler;
+	Oid			rowtype;
+	Oid			registered_by;
+	bool		refused;		/* a reason was found: the rest is skipped */
+	Control		what;
+	Oid			role;			/* the role that controls it; PUBLIC: InvalidOid */
+	Oid			object;			/* the schema, function, operator or type */
+	const char *name;			/* the name of a schema that does not exist */
+	IdemHandlerFault fault;		/* CONTROL_HANDLER_FAULT */
+} TrustCheck;
+
+/* Note the reason to skip the call, unless one was noted already */
+static void
+Refuse(TrustCheck *tc, Control what, Oid role, Oid object, const char *name)
+{
+	if (tc->refused)
+		return;
+	tc->refused = true;
+	tc->what = what;
+	tc->role = role;
+	tc->object = object;
+	tc->name = name;
+}
+
+/*
+ * The rule: a role that controls code the call runs (what, object) must
+ * already be able to act as the run-as role, or the reconciler could hand
+ * it rights it lacks.  PUBLIC (InvalidOid) never can.  false, with the
+ * reason noted, when it cannot.
+ */
+static bool
+Trusted(TrustCheck *tc, Oid role, Control what, Oid object)
+{
+	if (tc->refused)
+		return false;
+	if (OidIsValid(role) && IdemCanActAs(role, tc->rc->run_as))
+		return true;
+	Refuse(tc, what, role, object, NULL);
+	return false;
+}
+
+/*
  * The role that may create in a schema owned by owner: the database's
  * owner for pg_database_owner (the owner of public since PostgreSQL 15),
  * whose only member it is.
@@ -121,45 +202,151 @@ EffectiveOwner(Oid owner)
 	return owner;
 }
 
-/*
- * Does a role that may not act as run_as have CREATE on schema nspid, or
- * own it?  Such a role could plant there a function or an operator that
- * is a better match for a call in the reconciler than the one meant (an
- * overload of idem_complete taking text, of jsonb_build_object taking
- * bigint), whatever the order of the pinned search_path, and so run its
- * code as run_as.  The first one found, by name, is reported in *who, or
- * NULL for PUBLIC; *owns says whether it owns the schema.  Every role is
- * asked, so that CREATE through membership in a grantee counts too; the
- * members of a role that may act as run_as may act as it themselves.
- */
-static bool
-SchemaWritableByOther(Oid nspid, Oid run_as, char **who, bool *owns)
+/* Which right of which object a role scan asks about */
+typedef enum RoleRight
 {
-	HeapTuple	tuple;
-	Form_pg_namespace nsp;
-	Oid			owner;
-	Datum		aclDatum;
-	bool		isnull;
+	RIGHT_SCHEMA_CREATE,
+	RIGHT_DATABASE_CREATE,
+	RIGHT_TABLE_TRIGGER
+} RoleRight;
+
+/* Has role the right on object, itself or through a role it is member of? */
+static bool
+HasRight(RoleRight right, Oid object, Oid role)
+{
+	switch (right)
+	{
+		case RIGHT_SCHEMA_CREATE:
+			return IdemNamespaceAclCheck(object, role, ACL_CREATE) == ACLCHECK_OK;
+		case RIGHT_DATABASE_CREATE:
+			return IdemDatabaseAclCheck(object, role, ACL_CREATE) == ACLCHECK_OK;
+		case RIGHT_TABLE_TRIGGER:
+			return pg_class_aclcheck(object, role, ACL_TRIGGER) == ACLCHECK_OK;
+	}
+	return false;
+}
+
+/*
+ * Apply the rule to every role that has the right on object: the first,
+ * by name, that may not act as run_as is the reason.  Every role is
+ * asked, so that a right held through membership in a grantee counts too.
+ */
+static void
+TrustRolesWith(TrustCheck *tc, RoleRight right, Oid object, Control what,
+			   Oid reported)
+{
 	Relation	authid;
 	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			found = InvalidOid;
+	NameData	found_name;
 
-	*who = NULL;
-	*owns = false;
+	if (tc->refused)
+		return;
+	authid = table_open(AuthIdRelationId, AccessShareLock);
+	scan = systable_beginscan(authid, InvalidOid, false, NULL, 0, NULL);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		Form_pg_authid role = (Form_pg_authid) GETSTRUCT(tuple);
+
+		/* pg_database_owner stands for the database's owner, asked apart */
+		if (role->oid == ROLE_PG_DATABASE_OWNER)
+			continue;
+		if (OidIsValid(found) &&
+			strcmp(NameStr(role->rolname), NameStr(found_name)) >= 0)
+			continue;
+		if (HasRight(right, object, role->oid) &&
+			!IdemCanActAs(role->oid, tc->rc->run_as))
+		{
+			found = role->oid;
+			found_name = role->rolname;
+		}
+	}
+	systable_endscan(scan);
+	table_close(authid, AccessShareLock);
+	if (OidIsValid(found))
+		(void) Trusted(tc, found, what, reported);
+}
+
+/*
+ * Apply the rule to the owner of every function or operator of schema
+ * nspid (catalog catalogid, with the schema and owner columns given).
+ * Planted while its owner could still create there (before CREATE was
+ * revoked from PUBLIC, say), it could be a better match for a call in the
+ * reconciler than the one meant.  The one of lowest OID is reported.
+ */
+static void
+TrustSchemaObjects(TrustCheck *tc, Oid catalogid, AttrNumber nspatt,
+				   AttrNumber owneratt, Oid nspid, Control what)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	ScanKeyData key;
+	HeapTuple	tuple;
+	Oid			found = InvalidOid;
+	Oid			found_owner = InvalidOid;
+
+	if (tc->refused)
+		return;
+	ScanKeyInit(&key, nspatt, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(nspid));
+	rel = table_open(catalogid, AccessShareLock);
+	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		bool		isnull;
+		Oid			oid = DatumGetObjectId(heap_getattr(tuple, 1, RelationGetDescr(rel), &isnull));
+		Oid			owner = DatumGetObjectId(heap_getattr(tuple, owneratt,
+														  RelationGetDescr(rel), &isnull));
+
+		if ((!OidIsValid(found) || oid < found) &&
+			!IdemCanActAs(owner, tc->rc->run_as))
+		{
+			found = oid;
+			found_owner = owner;
+		}
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	if (OidIsValid(found) && !Trusted(tc, found_owner, what, found))
+		tc->name = get_namespace_name(nspid);
+}
+
+/*
+ * A schema on the call's effective search_path: whoever owns it, may
+ * create in it, or owns a function or operator in it could plant an
+ * overload that is a better match for a call in the reconciler than the
+ * one meant, whatever the order of the path.  A schema that does not
+ * exist could be created by any role that may create schemas in the
+ * database.
+ */
+static void
+TrustSchema(TrustCheck *tc, Oid nspid, const char *name)
+{
+	HeapTuple	tuple;
+	Datum		aclDatum;
+	bool		isnull;
+
+	if (tc->refused)
+		return;
+	if (!OidIsValid(nspid))
+	{
+		(void) Trusted(tc, EffectiveOwner(ROLE_PG_DATABASE_OWNER),
+					   CONTROL_SCHEMA_MISSING, InvalidOid);
+		TrustRolesWith(tc, RIGHT_DATABASE_CREATE, MyDatabaseId,
+					   CONTROL_SCHEMA_MISSING, InvalidOid);
+		if (tc->refused)
+			tc->name = name;
+		return;
+	}
+
 	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(nspid));
 	if (!HeapTupleIsValid(tuple))
 		elog(ERROR, "cache lookup failed for schema %u", nspid);
-	nsp = (Form_pg_namespace) GETSTRUCT(tuple);
 
 	/* Its owner may grant itself CREATE whatever the ACL says */
-	owner = EffectiveOwner(nsp->nspowner);
-	if (!IdemCanActAs(owner, run_as))
-	{
-		*who = GetUserNameFromId(owner, false);
-		*owns = true;
-		ReleaseSysCache(tuple);
-		return true;
-	}
-
+	(void) Trusted(tc, EffectiveOwner(((Form_pg_namespace) GETSTRUCT(tuple))->nspowner),
+				   CONTROL_SCHEMA_OWNER, nspid);
 	aclDatum = SysCacheGetAttr(NAMESPACEOID, tuple, Anum_pg_namespace_nspacl, &isnull);
 	if (!isnull)
 	{
@@ -170,261 +357,387 @@ SchemaWritableByOther(Oid nspid, Oid run_as, char **who, bool *owns)
 		for (i = 0; i < ACL_NUM(acl); i++)
 			if (items[i].ai_grantee == ACL_ID_PUBLIC &&
 				(ACLITEM_GET_PRIVS(items[i]) & ACL_CREATE) != 0)
-			{
-				ReleaseSysCache(tuple);
-				return true;
-			}
+				(void) Trusted(tc, InvalidOid, CONTROL_SCHEMA_CREATE, nspid);
 	}
 	ReleaseSysCache(tuple);
 
-	authid = table_open(AuthIdRelationId, AccessShareLock);
-	scan = systable_beginscan(authid, InvalidOid, false, NULL, 0, NULL);
-	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
-	{
-		Form_pg_authid role = (Form_pg_authid) GETSTRUCT(tuple);
-
-		/* pg_database_owner stands for the database's owner, asked above */
-		if (role->oid == ROLE_PG_DATABASE_OWNER)
-			continue;
-		if (*who != NULL && strcmp(NameStr(role->rolname), *who) >= 0)
-			continue;
-		if (IdemNamespaceAclCheck(nspid, role->oid, ACL_CREATE) == ACLCHECK_OK &&
-			!IdemCanActAs(role->oid, run_as))
-			*who = pstrdup(NameStr(role->rolname));
-	}
-	systable_endscan(scan);
-	table_close(authid, AccessShareLock);
-	return *who != NULL;
+	TrustRolesWith(tc, RIGHT_SCHEMA_CREATE, nspid, CONTROL_SCHEMA_CREATE, nspid);
+	TrustSchemaObjects(tc, ProcedureRelationId, Anum_pg_proc_pronamespace,
+					   Anum_pg_proc_proowner, nspid, CONTROL_SCHEMA_FUNCTION);
+	TrustSchemaObjects(tc, OperatorRelationId, Anum_pg_operator_oprnamespace,
+					   Anum_pg_operator_oprowner, nspid, CONTROL_SCHEMA_OPERATOR);
 }
 
 /*
- * The function or operator of schema nspid (catalog catalogid, with the
- * schema and owner columns given) of lowest OID owned by a role that may
- * not act as run_as, or InvalidOid.  Planted while its owner still could
- * create there (before CREATE was revoked from PUBLIC, say), it could be
- * a better match for a call in the reconciler than the one meant.
+ * The schemas of the reconciler function's own SET search_path, which
+ * replaces the pinned one while its body runs: each name, with "$user" as
+ * the run-as role (whom the body runs as).  pg_catalog takes a superuser
+ * to change, and pg_temp is the session's (CONTROL_SESSION).
  */
-static Oid
-ForeignObjectInSchema(Oid catalogid, AttrNumber nspatt, AttrNumber owneratt,
-					  Oid nspid, Oid run_as, Oid *owner)
+static void
+TrustFunctionPath(TrustCheck *tc)
 {
-	Relation	rel;
-	SysScanDesc scan;
-	ScanKeyData key;
 	HeapTuple	tuple;
-	Oid			found = InvalidOid;
+	Datum		config;
+	bool		isnull;
+	char	   *path = NULL;
+	List	   *names;
+	ListCell   *lc;
 
-	ScanKeyInit(&key, nspatt, BTEqualStrategyNumber, F_OIDEQ,
-				ObjectIdGetDatum(nspid));
-	rel = table_open(catalogid, AccessShareLock);
-	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
-	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(tc->handler));
+	if (!HeapTupleIsValid(tuple))
+		return;
+	config = SysCacheGetAttr(PROCOID, tuple, Anum_pg_proc_proconfig, &isnull);
+	if (!isnull)
 	{
-		bool		isnull;
-		Oid			oid = DatumGetObjectId(heap_getattr(tuple, 1, RelationGetDescr(rel), &isnull));
-		Oid			objowner = DatumGetObjectId(heap_getattr(tuple, owneratt,
-															 RelationGetDescr(rel), &isnull));
+		Datum	   *items;
+		int			n;
+		int			i;
 
-		if ((!OidIsValid(found) || oid < found) && !IdemCanActAs(objowner, run_as))
+		deconstruct_array(DatumGetArrayTypeP(config), TEXTOID, -1, false,
+						  TYPALIGN_INT, &items, NULL, &n);
+		for (i = 0; i < n; i++)
 		{
-			found = oid;
-			*owner = objowner;
+			char	   *item = TextDatumGetCString(items[i]);
+
+			if (pg_strncasecmp(item, "search_path=", 12) == 0)
+				path = item + 12;
 		}
 	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return found;
+	ReleaseSysCache(tuple);
+	if (path == NULL)
+		return;
+
+	/* A path PostgreSQL would not parse is refused by it at the call */
+	if (!SplitIdentifierString(path, ',', &names))
+		return;
+	foreach(lc, names)
+	{
+		char	   *name = (char *) lfirst(lc);
+
+		if (strcmp(name, "$user") == 0)
+			name = GetUserNameFromId(tc->rc->run_as, false);
+		if (strcmp(name, "pg_catalog") == 0 || strncmp(name, "pg_temp", 7) == 0)
+			continue;
+		TrustSchema(tc, get_namespace_oid(name, true), name);
+	}
 }
 
 /*
- * May the reconciler rc, resolved to handler, be called now?  Checked
- * at every call, not only when the row was written, because the row may
- * have been written by hand and rights change: the function must be a
- * plain function(idem_keys) that run_as may execute; the role that wrote
- * the row, and the function's owner (who can replace its body), must still
- * be able to act as run_as; and so must a session with temporary objects
- * (pg_temp is still searched for relations and types), or its objects
- * could run with run_as's rights.  When not, a WARNING names the operation
- * and the handler.
+ * The code attached to object (idem_keys, or the type of one of its
+ * columns) that PostgreSQL runs inside a write: the triggers, CHECK and
+ * other constraints, defaults and generated columns, indexes, rules and
+ * policies of the table, the constraints of a domain, all of which depend
+ * on it automatically.  The owner of every function they call, directly or
+ * through an operator, can change what the write runs.
+ */
+static void
+TrustAttachedCode(TrustCheck *tc, Oid classid, Oid objid)
+{
+	Relation	depend;
+	SysScanDesc scan;
+	ScanKeyData key[2];
+	HeapTuple	tuple;
+	List	   *attached = NIL;
+	ListCell   *lc;
+
+	if (tc->refused)
+		return;
+	depend = table_open(DependRelationId, AccessShareLock);
+	ScanKeyInit(&key[0], Anum_pg_depend_refclassid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(classid));
+	ScanKeyInit(&key[1], Anum_pg_depend_refobjid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(objid));
+	scan = systable_beginscan(depend, DependReferenceIndexId, true, NULL, 2, key);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		Form_pg_depend dep = (Form_pg_depend) GETSTRUCT(tuple);
+		ObjectAddress *addr;
+
+		if (dep->deptype != DEPENDENCY_AUTO)
+			continue;
+		addr = palloc(sizeof(ObjectAddress));
+		addr->classId = dep->classid;
+		addr->objectId = dep->objid;
+		addr->objectSubId = 0;
+		attached = lappend(attached, addr);
+	}
+	systable_endscan(scan);
+
+	foreach(lc, attached)
+	{
+		ObjectAddress *addr = (ObjectAddress *) lfirst(lc);
+
+		ScanKeyInit(&key[0], Anum_pg_depend_classid, BTEqualStrategyNumber,
+					F_OIDEQ, ObjectIdGetDatum(addr->classId));
+		ScanKeyInit(&key[1], Anum_pg_depend_objid, BTEqualStrategyNumber,
+					F_OIDEQ, ObjectIdGetDatum(addr->objectId));
+		scan = systable_beginscan(depend, DependDependerIndexId, true, NULL, 2, key);
+		while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+		{
+			Form_pg_depend dep = (Form_pg_depend) GETSTRUCT(tuple);
+			Oid			func = InvalidOid;
+
+			if (dep->refclassid == ProcedureRelationId)
+				func = dep->refobjid;
+			else if (dep->refclassid == OperatorRelationId)
+				func = get_opcode(dep->refobjid);
+			if (OidIsValid(func) &&
+				!Trusted(tc, IdemFunctionOwner(func), CONTROL_TABLE_CODE, func))
+				break;
+		}
+		systable_endscan(scan);
+		if (tc->refused)
+			break;
+	}
+	table_close(depend, AccessShareLock);
+	list_free_deep(attached);
+}
+
+/*
+ * idem_keys, which the reconciler writes (through idem_complete and
+ * idem_release, or directly): a write runs whatever its owner, and every
+ * role granted TRIGGER, attached to it, with the writer's rights.  So do
+ * the constraints of a column's domain, which the domain's owner may add.
+ */
+static void
+TrustKeysTable(TrustCheck *tc, Oid keys)
+{
+	HeapTuple	tuple;
+	int			natts;
+	AttrNumber	attnum;
+
+	/* the caller locked it, so it is there */
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(keys));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", keys);
+	natts = ((Form_pg_class) GETSTRUCT(tuple))->relnatts;
+	(void) Trusted(tc, ((Form_pg_class) GETSTRUCT(tuple))->relowner,
+				   CONTROL_TABLE_OWNER, keys);
+	ReleaseSysCache(tuple);
+	TrustRolesWith(tc, RIGHT_TABLE_TRIGGER, keys, CONTROL_TABLE_TRIGGER, keys);
+	TrustAttachedCode(tc, RelationRelationId, keys);
+
+	for (attnum = 1; attnum <= natts && !tc->refused; attnum++)
+	{
+		Oid			type = get_atttype(keys, attnum);
+		HeapTuple	typtuple;
+		Oid			owner;
+
+		/* dropped columns have none; built-in types take a superuser */
+		if (!OidIsValid(type) || type < FirstNormalObjectId)
+			continue;
+		typtuple = SearchSysCache1(TYPEOID, ObjectIdGetDatum(type));
+		if (!HeapTupleIsValid(typtuple))
+			continue;
+		owner = ((Form_pg_type) GETSTRUCT(typtuple))->typowner;
+		ReleaseSysCache(typtuple);
+		if (Trusted(tc, owner, CONTROL_COLUMN_TYPE, type))
+			TrustAttachedCode(tc, TypeRelationId, type);
+	}
+}
+
+/*
+ * errhint of ReportSkipped: how to let the reconciler run, for each
+ * reason; for use inside ereport().
+ */
+static int
+ErrhintSkipped(const TrustCheck *tc, const char *role, const char *schema,
+			   const char *run_as)
+{
+	switch (tc->what)
+	{
+		case CONTROL_RUN_AS_GONE:
+		case CONTROL_REGISTRAR_GONE:
+		case CONTROL_HANDLER_FAULT:
+			return errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.");
+		case CONTROL_HANDLER_GONE:
+			return errhint("Create the function again, register another reconciler with idem_set_reconciler, or remove it by passing NULL.");
+		case CONTROL_REGISTRAR:
+			return errhint("Register the reconciler again with idem_set_reconciler as a role that may, or remove it by passing NULL.");
+		case CONTROL_FUNCTION:
+			return errhint("Register a function owned by a role that may act as role \"%s\", or remove the reconciler by passing NULL.",
+						   run_as);
+		case CONTROL_SESSION:
+			return errhint("Run the reconcilers from a session that created no temporary tables, or let the background worker run them.");
+		case CONTROL_SCHEMA_OWNER:
+			return errhint("Register the reconciler to run as a role that role \"%s\" may act as, or keep the extension in a schema in which only roles that may act as role \"%s\" can create objects.",
+						   role, run_as);
+		case CONTROL_SCHEMA_CREATE:
+			if (!OidIsValid(tc->role))
+				return errhint("Revoke CREATE on schema \"%s\" from PUBLIC.", schema);
+			return errhint("Revoke CREATE on schema \"%s\" from role \"%s\", or register the reconciler to run as a role that it may act as.",
+						   schema, role);
+		case CONTROL_SCHEMA_MISSING:
+			return errhint("Create schema \"%s\" owned by a role that may act as role \"%s\", or leave it out of the function's search_path.",
+						   tc->name, run_as);
+		case CONTROL_SCHEMA_FUNCTION:
+		case CONTROL_SCHEMA_OPERATOR:
+			return errhint("Move it to another schema or give it an owner that may act as role \"%s\".",
+						   run_as);
+		case CONTROL_TABLE_OWNER:
+			return errhint("Register the reconciler to run as a role that role \"%s\" may act as, or give table \"idem_keys\" an owner that may act as role \"%s\".",
+						   role, run_as);
+		case CONTROL_TABLE_TRIGGER:
+			return errhint("Revoke TRIGGER on table \"idem_keys\" from role \"%s\", or register the reconciler to run as a role that it may act as.",
+						   role);
+		case CONTROL_TABLE_CODE:
+		case CONTROL_COLUMN_TYPE:
+			return errhint("Give it an owner that may act as role \"%s\", or register the reconciler to run as a role that role \"%s\" may act as.",
+						   run_as, role);
+	}
+	return 0;
+}
+
+/*
+ * Report why the reconciler is skipped: one WARNING, whose detail says
+ * which role controls what, and whose hint says how to let it run.
+ */
+static void
+ReportSkipped(const TrustCheck *tc)
+{
+	const IdemReconciler *rc = tc->rc;
+	const char *op = text_to_cstring(rc->operation);
+	char	   *run_as = GetUserNameFromId(rc->run_as, true);
+	char	   *role = NULL;
+	char	   *schema = NULL;
+	int			code = ERRCODE_INSUFFICIENT_PRIVILEGE;
+
+	if (OidIsValid(tc->role))
+		role = GetUserNameFromId(tc->role, true);
+	if (role == NULL)
+		role = psprintf("with OID %u", tc->role);
+	if (tc->what == CONTROL_SCHEMA_OWNER || tc->what == CONTROL_SCHEMA_CREATE)
+		schema = get_namespace_name(tc->object);
+	else if (tc->what == CONTROL_SCHEMA_FUNCTION ||
+			 tc->what == CONTROL_SCHEMA_OPERATOR)
+		schema = pstrdup(tc->name);
+	if (tc->what == CONTROL_RUN_AS_GONE || tc->what == CONTROL_REGISTRAR_GONE)
+		code = ERRCODE_UNDEFINED_OBJECT;
+	else if (tc->what == CONTROL_HANDLER_GONE)
+		code = ERRCODE_UNDEFINED_FUNCTION;
+	else if (tc->what == CONTROL_HANDLER_FAULT)
+		code = IdemHandlerFaultCode(tc->fault);
+
+	ereport(WARNING,
+			(errcode(code),
+			 errmsg("reconciler %s of operation \"%s\" was skipped",
+					rc->handler, op),
+			 tc->what == CONTROL_RUN_AS_GONE ?
+			 errdetail("The role it runs as, with OID %u, no longer exists.",
+					   rc->run_as) :
+			 tc->what == CONTROL_REGISTRAR_GONE ?
+			 errdetail("The role that registered it, with OID %u, no longer exists.",
+					   tc->registered_by) :
+			 tc->what == CONTROL_HANDLER_GONE ?
+			 errdetail("No function has that signature: it was dropped or renamed since it was registered.") :
+			 tc->what == CONTROL_HANDLER_FAULT ?
+			 IdemErrdetailHandler(tc->fault, tc->handler, tc->rowtype, InvalidOid,
+								  rc->run_as) :
+			 tc->what == CONTROL_REGISTRAR ?
+			 errdetail("Role \"%s\", which registered it, may no longer act as role \"%s\", which it runs as.",
+					   role, run_as) :
+			 tc->what == CONTROL_FUNCTION ?
+			 errdetail("Role \"%s\", which owns the function and can change its body, may not act as role \"%s\", which it runs as.",
+					   role, run_as) :
+			 tc->what == CONTROL_SESSION ?
+			 errdetail("This session has temporary objects, and its role \"%s\" may not act as role \"%s\", which the reconciler runs as.",
+					   role, run_as) :
+			 tc->what == CONTROL_SCHEMA_OWNER ?
+			 errdetail("Role \"%s\" owns schema \"%s\", which is on the reconciler's search_path, and may not act as role \"%s\", which it runs as.",
+					   role, schema, run_as) :
+			 tc->what == CONTROL_SCHEMA_CREATE && !OidIsValid(tc->role) ?
+			 errdetail("Every role may create objects in schema \"%s\", which is on the reconciler's search_path: CREATE on it is granted to PUBLIC.",
+					   schema) :
+			 tc->what == CONTROL_SCHEMA_CREATE ?
+			 errdetail("Role \"%s\" may create objects in schema \"%s\", which is on the reconciler's search_path, and may not act as role \"%s\", which it runs as.",
+					   role, schema, run_as) :
+			 tc->what == CONTROL_SCHEMA_MISSING ?
+			 errdetail("Schema \"%s\", which is on the reconciler's search_path, does not exist, and role \"%s\", which may not act as role \"%s\", may create it.",
+					   tc->name, role, run_as) :
+			 tc->what == CONTROL_SCHEMA_FUNCTION ?
+			 errdetail("Function %s in schema \"%s\", which is on the reconciler's search_path, is owned by role \"%s\", and that role may not act as role \"%s\", which the reconciler runs as.",
+					   format_procedure(tc->object), schema, role, run_as) :
+			 tc->what == CONTROL_SCHEMA_OPERATOR ?
+			 errdetail("Operator %s in schema \"%s\", which is on the reconciler's search_path, is owned by role \"%s\", and that role may not act as role \"%s\", which the reconciler runs as.",
+					   format_operator(tc->object), schema, role, run_as) :
+			 tc->what == CONTROL_TABLE_OWNER ?
+			 errdetail("Role \"%s\" owns table \"%s\", whose triggers, rules, policies, constraints, defaults and indexes run inside the reconciler's writes, and may not act as role \"%s\", which it runs as.",
+					   role, get_rel_name(tc->object), run_as) :
+			 tc->what == CONTROL_TABLE_TRIGGER ?
+			 errdetail("Role \"%s\" may create triggers on table \"%s\", which run inside the reconciler's writes, and may not act as role \"%s\", which it runs as.",
+					   role, get_rel_name(tc->object), run_as) :
+			 tc->what == CONTROL_TABLE_CODE ?
+			 errdetail("Role \"%s\" owns function %s, which code attached to table \"idem_keys\" calls inside the reconciler's writes, and may not act as role \"%s\", which it runs as.",
+					   role, format_procedure(tc->object), run_as) :
+			 errdetail("Role \"%s\" owns type %s of a column of table \"idem_keys\", whose constraints run inside the reconciler's writes, and may not act as role \"%s\", which it runs as.",
+					   role, format_type_be(tc->object), run_as),
+			 ErrhintSkipped(tc, role, schema, run_as)));
+}
+
+/*
+ * May the reconciler rc, resolved to handler, be called now?  Checked at
+ * every call, not only when the row was written, because the row may have
+ * been written by hand and rights change.  It may when its roles still
+ * exist, the function is a plain function(idem_keys) that run_as may
+ * execute, and every role that controls code the call will run can
+ * already act as run_as (Trusted): the registrar, the function's owner, a
+ * session with temporary objects (pg_temp is still searched for relations
+ * and types), whoever owns, may create in or owns functions and operators
+ * in a schema of its effective search_path (the pinned one, and the
+ * function's own), and whoever may attach code to idem_keys, which its
+ * writes run.  Otherwise one WARNING says why (ReportSkipped).
  */
 static bool
 ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype)
 {
-	const char *op = text_to_cstring(rc->operation);
-	IdemHandlerFault fault;
-	char	   *run_as;
-	char	   *registrar;
-	char	   *creator;
-	bool		owns;
-	Oid			owner;
+	TrustCheck	tc;
 	Oid			tempns;
 	Oid			temptoastns;
-	Oid			registered_by = rc->registered_by;
+
+	memset(&tc, 0, sizeof(tc));
+	tc.rc = rc;
+	tc.handler = handler;
+	tc.rowtype = rowtype;
 
 	/*
 	 * No role (0): a row registered by release 0.1.0, whose update leaves
 	 * the rows alone; 0.1.0 let only members of run_as register it.
 	 */
-	if (!OidIsValid(registered_by))
-		registered_by = rc->run_as;
+	tc.registered_by = OidIsValid(rc->registered_by) ? rc->registered_by : rc->run_as;
 
-	run_as = GetUserNameFromId(rc->run_as, true);
-	if (run_as == NULL)
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rc->handler, op),
-				 errdetail("The role it runs as, with OID %u, no longer exists.",
-						   rc->run_as),
-				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
-		return false;
-	}
-	registrar = GetUserNameFromId(registered_by, true);
-	if (registrar == NULL)
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rc->handler, op),
-				 errdetail("The role that registered it, with OID %u, no longer exists.",
-						   registered_by),
-				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
-		return false;
-	}
-	if (!IdemCanActAs(registered_by, rc->run_as))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rc->handler, op),
-				 errdetail("Role \"%s\", which registered it, may no longer act as role \"%s\", which it runs as.",
-						   registrar, run_as),
-				 errhint("Register the reconciler again with idem_set_reconciler as a role that may, or remove it by passing NULL.")));
-		return false;
-	}
-
-	if (!OidIsValid(handler))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_UNDEFINED_FUNCTION),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rc->handler, op),
-				 errdetail("No function has that signature: it was dropped or renamed since it was registered."),
-				 errhint("Create the function again, register another reconciler with idem_set_reconciler, or remove it by passing NULL.")));
-		return false;
-	}
-	fault = IdemCheckHandler(handler, rowtype, InvalidOid, rc->run_as, NULL);
-	if (fault != IDEM_HANDLER_OK)
-	{
-		ereport(WARNING,
-				(errcode(IdemHandlerFaultCode(fault)),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rc->handler, op),
-				 IdemErrdetailHandler(fault, handler, rowtype, InvalidOid,
-											rc->run_as),
-				 errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.")));
-		return false;
-	}
-
-	/* Whoever owns the function can change what it does */
-	owner = IdemFunctionOwner(handler);
-	if (!IdemCanActAs(owner, rc->run_as))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rc->handler, op),
-				 errdetail("Role \"%s\", which owns the function and can change its body, may not act as role \"%s\", which it runs as.",
-						   GetUserNameFromId(owner, false), run_as),
-				 errhint("Register a function owned by a role that may act as role \"%s\", or remove the reconciler by passing NULL.",
-						 run_as)));
-		return false;
-	}
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(rc->run_as)))
+		Refuse(&tc, CONTROL_RUN_AS_GONE, rc->run_as, InvalidOid, NULL);
+	else if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(tc.registered_by)))
+		Refuse(&tc, CONTROL_REGISTRAR_GONE, tc.registered_by, InvalidOid, NULL);
+	(void) Trusted(&tc, tc.registered_by, CONTROL_REGISTRAR, InvalidOid);
+	if (!tc.refused && !OidIsValid(handler))
+		Refuse(&tc, CONTROL_HANDLER_GONE, InvalidOid, InvalidOid, NULL);
+	if (!tc.refused &&
+		(tc.fault = IdemCheckHandler(handler, rowtype, InvalidOid, rc->run_as,
+									 NULL)) != IDEM_HANDLER_OK)
+		Refuse(&tc, CONTROL_HANDLER_FAULT, InvalidOid, handler, NULL);
+	if (!tc.refused)
+		(void) Trusted(&tc, IdemFunctionOwner(handler), CONTROL_FUNCTION, handler);
 
 	GetTempNamespaceState(&tempns, &temptoastns);
-	if (OidIsValid(tempns) && !IdemCanActAs(GetUserId(), rc->run_as))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("reconciler %s of operation \"%s\" was skipped",
-						rc->handler, op),
-				 errdetail("This session has temporary objects, and its role \"%s\" may not act as role \"%s\", which the reconciler runs as.",
-						   GetUserNameFromId(GetUserId(), false), run_as),
-				 errhint("Run the reconcilers from a session that created no temporary tables, or let the background worker run them.")));
-		return false;
-	}
+	if (OidIsValid(tempns))
+		(void) Trusted(&tc, GetUserId(), CONTROL_SESSION, InvalidOid);
 
 	/*
-	 * The extension's schema is on the pinned path; pg_catalog takes a
-	 * superuser to change, and pg_temp is this session's (above).
+	 * The effective search_path: the pinned one (the extension's schema
+	 * between pg_catalog and pg_temp), then the function's own
 	 */
-	if (SchemaWritableByOther(nspid, rc->run_as, &creator, &owns))
-	{
-		const char *nspname = get_namespace_name(nspid);
+	if (!tc.refused)
+		TrustSchema(&tc, nspid, NULL);
+	if (!tc.refused)
+		TrustFunctionPath(&tc);
+	if (!tc.refused)
+		TrustKeysTable(&tc, get_relname_relid("idem_keys", nspid));
 
-		if (creator == NULL)
-			ereport(WARNING,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("reconciler %s of operation \"%s\" was skipped",
-							rc->handler, op),
-					 errdetail("Every role may create objects in schema \"%s\", which is on the reconciler's search_path: CREATE on it is granted to PUBLIC.",
-							   nspname),
-					 errhint("Revoke CREATE on schema \"%s\" from PUBLIC.", nspname)));
-		else if (owns)
-			ereport(WARNING,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("reconciler %s of operation \"%s\" was skipped",
-							rc->handler, op),
-					 errdetail("Role \"%s\" owns schema \"%s\", which is on the reconciler's search_path, and may not act as role \"%s\", which it runs as.",
-							   creator, nspname, run_as),
-					 errhint("Register the reconciler to run as a role that role \"%s\" may act as, or keep the extension in a schema in which only roles that may act as role \"%s\" can create objects.",
-							 creator, run_as)));
-		else
-			ereport(WARNING,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("reconciler %s of operation \"%s\" was skipped",
-							rc->handler, op),
-					 errdetail("Role \"%s\" may create objects in schema \"%s\", which is on the reconciler's search_path, and may not act as role \"%s\", which it runs as.",
-							   creator, nspname, run_as),
-					 errhint("Revoke CREATE on schema \"%s\" from role \"%s\", or register the reconciler to run as a role that it may act as.",
-							 nspname, creator)));
-		return false;
-	}
-
-	/* ... and so may the owner of every function and operator in it */
-	{
-		Oid			objowner;
-		Oid			obj;
-		const char *what = NULL;
-
-		obj = ForeignObjectInSchema(ProcedureRelationId, Anum_pg_proc_pronamespace,
-									Anum_pg_proc_proowner, nspid, rc->run_as, &objowner);
-		if (OidIsValid(obj))
-			what = psprintf("Function %s", format_procedure(obj));
-		else
-		{
-			obj = ForeignObjectInSchema(OperatorRelationId, Anum_pg_operator_oprnamespace,
-										Anum_pg_operator_oprowner, nspid, rc->run_as,
-										&objowner);
-			if (OidIsValid(obj))
-				what = psprintf("Operator %s", format_operator(obj));
-		}
-		if (what != NULL)
-		{
-			ereport(WARNING,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("reconciler %s of operation \"%s\" was skipped",
-							rc->handler, op),
-					 errdetail("%s in schema \"%s\", which is on the reconciler's search_path, is owned by role \"%s\", and that role may not act as role \"%s\", which the reconciler runs as.",
-							   what, get_namespace_name(nspid),
-							   GetUserNameFromId(objowner, false), run_as),
-					 errhint("Move it to another schema or give it an owner that may act as role \"%s\".",
-							 run_as)));
-			return false;
-		}
-	}
-	return true;
+	if (tc.refused)
+		ReportSkipped(&tc);
+	return !tc.refused;
 }
 
 /*

@@ -54,11 +54,12 @@
  * (DROP DATABASE, ALTER DATABASE RENAME or SET TABLESPACE, CREATE DATABASE
  * copying it) the worker leaves quietly and the database waits for the next
  * round.  Between units of work the worker ends its pass when someone waits
- * for that lock, so it holds such a command up for one batch, or one
- * reconciler call (idempotency.reconciler_timeout), at most: no unit waits
- * on an application's lock without a limit (maintenance.c); the
- * lock goes only when the worker exits, after it has left the ProcArray, so
- * DROP DATABASE never finds it still connected.  A dropped extension ends a
+ * for that lock; inside a unit (a batch, a reconciler call) a timeout looks
+ * at the lock's wait mask every IDEM_WANTED_POLL_MS and ends the process as
+ * SIGTERM does, as DROP DATABASE ends an autovacuum worker.  So such a
+ * command waits on the worker a few seconds at most, whatever a reconciler
+ * does.  The lock goes only when the worker exits, after it has left the
+ * ProcArray, so DROP DATABASE never finds it still connected.  A dropped extension ends a
  * pass quietly too (maintenance.c).
  *
  * Yielding
@@ -82,8 +83,9 @@
  *
  * Signals and standby
  * -------------------
- * SIGTERM: die(), so a running batch is cancelled at once; between units
- * the processes exit without a FATAL message.  SIGHUP reloads the settings
+ * SIGTERM: die(), so a running batch or reconciler call ends at once (a
+ * FATAL, which no exception block catches); between units the processes
+ * exit without a FATAL message.  SIGHUP reloads the settings
  * (launcher: interval, enabled, max_workers; a running worker: enabled,
  * batch size and duty cycle).  Both are registered with
  * BgWorkerStart_RecoveryFinished: nothing runs on a standby, and the
@@ -125,6 +127,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -216,6 +219,17 @@ static bool slots_warned;
 
 /* Worker state: the lock on its database held for the whole visit */
 static LOCKTAG visit_locktag;
+
+/*
+ * ... its entry in the shared lock table, and the lock modes that conflict
+ * with it, for DatabaseWantedHandler; visit_lock is NULL once released
+ */
+static LOCK *volatile visit_lock = NULL;
+static LOCKMASK visit_conflicts;
+static volatile sig_atomic_t database_wanted = false;
+
+/* How often a worker looks for commands waiting for its database, in ms */
+#define IDEM_WANTED_POLL_MS			100
 
 /* Any backend: this transaction created an extension (HintLauncher) */
 static object_access_hook_type prev_object_access_hook = NULL;
@@ -830,6 +844,7 @@ idem_launcher_main(Datum main_arg)
 static void
 ReleaseVisitLock(int code, Datum arg)
 {
+	visit_lock = NULL;
 	if (IdemLockHeldByMe(&visit_locktag, RowExclusiveLock))
 		LockRelease(&visit_locktag, RowExclusiveLock, true);
 }
@@ -843,13 +858,17 @@ static bool
 LockDatabaseForVisit(Oid dboid, Oid spcoid)
 {
 	struct stat st;
+	LOCALLOCK  *locallock;
 
 	SET_LOCKTAG_OBJECT(visit_locktag, InvalidOid, DatabaseRelationId, dboid, 0);
-	if (LockAcquire(&visit_locktag, RowExclusiveLock, true, true) == LOCKACQUIRE_NOT_AVAIL)
+	if (IdemLockAcquireExtended(&visit_locktag, RowExclusiveLock, true, true,
+								&locallock) == LOCKACQUIRE_NOT_AVAIL)
 	{
 		elog(DEBUG1, "idempotency worker: database %u is busy, skipped", dboid);
 		return false;
 	}
+	visit_conflicts = GetLocksMethodTable(locallock->lock)->conflictTab[RowExclusiveLock];
+	visit_lock = locallock->lock;
 
 	/*
 	 * Registered before InitPostgres registers its own exit callbacks, so it
@@ -862,6 +881,44 @@ LockDatabaseForVisit(Oid dboid, Oid spcoid)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * Every IDEM_WANTED_POLL_MS of a visit: is a command (DROP DATABASE, with
+ * or without FORCE, ALTER DATABASE RENAME or SET TABLESPACE, CREATE
+ * DATABASE copying it) waiting for the lock the worker holds on its
+ * database?  Then end the worker as SIGTERM does, wherever it is, inside
+ * a reconciler too, as the command would end an autovacuum worker: it
+ * waits for the poll and the exit only.  The lock's wait mask is read
+ * without its partition lock: a waiter seen one poll late costs 100 ms.
+ */
+static void
+DatabaseWantedHandler(void)
+{
+	LOCK	   *lock = visit_lock;
+
+	if (lock == NULL || (lock->waitMask & visit_conflicts) == 0)
+		return;
+	database_wanted = true;
+	if (!proc_exit_inprogress)
+	{
+		InterruptPending = true;
+		ProcDiePending = true;
+	}
+	SetLatch(MyLatch);
+}
+
+/* At the exit of a worker ended by DatabaseWantedHandler: say why */
+static void
+ReportDatabaseWanted(int code, Datum arg)
+{
+	if (!database_wanted)
+		return;
+	database_wanted = false;
+	error_context_stack = NULL;
+	ereport(LOG,
+			(errmsg("%s ended its pass: a command is waiting for the database",
+					MyBgworkerEntry->bgw_name)));
 }
 
 /* Is any client session running a query or inside a transaction now? */
@@ -997,6 +1054,13 @@ idem_worker_main(Datum main_arg)
 
 	if (RecoveryInProgress() || !idem_worker_enabled)
 		proc_exit(0);
+
+	/* From now on, a command that waits for the database ends the visit */
+	before_shmem_exit(ReportDatabaseWanted, (Datum) 0);
+	enable_timeout_every(RegisterTimeout(USER_TIMEOUT, DatabaseWantedHandler),
+						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													 IDEM_WANTED_POLL_MS),
+						 IDEM_WANTED_POLL_MS);
 
 	/*
 	 * Per-database settings must not cancel our batches, make them read
