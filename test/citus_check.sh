@@ -74,13 +74,29 @@ fi
 pg_version=$("$pg_config_src" --version | awk '{ print $2 }')
 citus_version=$(sed -n 's/^PACKAGE_VERSION=.\([^'"'"']*\).$/\1/p' "$citus_src/configure")
 
-# The local patch a PostgreSQL release needs for Citus to build or run; its
-# reason is printed.  Citus 13.2.2 builds and passes unchanged on 15.18 and
-# 15.20 (the releases this script was run on): none so far.
+# The local patch a PostgreSQL release needs for Citus to build, applied to
+# the copy of the Citus tree ($build) with its reason printed.
+#   have_createdb_privilege: Citus (13.2.2 and before) defines its own
+#   static copy for PostgreSQL 15 in src/include/pg_version_compat.h, as
+#   15.18 and older keep the function to dbcommands.c; 15.20 declares it
+#   in commands/dbcommands.h, and the build fails with "static declaration
+#   of 'have_createdb_privilege' follows non-static declaration".  Where
+#   the server's header declares it, the copy is removed and Citus calls
+#   PostgreSQL's own (the same code).  Found by what the headers say, not
+#   by version numbers.
 citus_patch() {
-	case "$citus_version/$pg_version" in
-		*) return 0 ;;
-	esac
+	local compat=$build/src/include/pg_version_compat.h
+	local dbcommands
+	dbcommands=$("$pg_config" --includedir-server)/commands/dbcommands.h
+	if grep -q 'have_createdb_privilege' "$dbcommands" 2>/dev/null &&
+		grep -q '^have_createdb_privilege(void)' "$compat"; then
+		echo "== patch: PostgreSQL $pg_version declares have_createdb_privilege (commands/dbcommands.h): removing Citus's own copy from pg_version_compat.h"
+		as_root perl -0pi -e 's/static inline bool\nhave_createdb_privilege\(void\)\n\{.*?\n\}\n//s' "$compat"
+		if grep -q '^have_createdb_privilege(void)' "$compat"; then
+			echo "the patch did not apply to $compat" >&2
+			exit 1
+		fi
+	fi
 }
 
 echo "== Citus $citus_version (from $citus_src) against PostgreSQL $pg_version ($pg_config_src)"
