@@ -226,23 +226,26 @@ IdemCitusReportUndistributed(Relation rel)
 /*
  * The shard of the distributed relid that holds scope, and its relation
  * when this node holds it (InvalidOid otherwise), read with the latest
- * snapshot so that a shard move committed meanwhile is seen.
+ * snapshot so that a shard move committed meanwhile is seen.  *left: this
+ * node has no placement of the shard but still has its relation, the old
+ * placement of a move that Citus drops later (deferred cleanup).
  */
 static int64
-ShardOfScope(Oid relid, text *scope, Oid *shard_relid)
+ShardOfScope(Oid relid, text *scope, Oid *shard_relid, bool *left)
 {
 	Datum		values[2] = {ObjectIdGetDatum(relid), PointerGetDatum(scope)};
 	Oid			types[2] = {REGCLASSOID, TEXTOID};
 	bool		isnull;
+	bool		local;
 	int64		shardid;
 	int			rc;
 
 	Connect();
 	rc = SPI_execute_snapshot(KeepPlan(&shard_plan,
-									   "SELECT s.id, CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_dist_placement p"
+									   "SELECT s.id, EXISTS (SELECT FROM pg_catalog.pg_dist_placement p"
 									   " WHERE p.shardid OPERATOR(pg_catalog.=) s.id"
-									   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g))"
-									   " THEN pg_catalog.to_regclass(pg_catalog.shard_name($1, s.id, false))::pg_catalog.oid END"
+									   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)),"
+									   " pg_catalog.to_regclass(pg_catalog.shard_name($1, s.id, false))::pg_catalog.oid"
 									   " FROM (SELECT pg_catalog.get_shard_id_for_distribution_column($1, $2) AS id) s",
 									   2, types),
 							  values, NULL, GetLatestSnapshot(),
@@ -252,9 +255,13 @@ ShardOfScope(Oid relid, text *scope, Oid *shard_relid)
 	shardid = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (isnull)
 		elog(ERROR, "could not find the shard of scope \"%s\"", text_to_cstring(scope));
+	local = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
 	*shard_relid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-												  SPI_tuptable->tupdesc, 2, &isnull));
+												  SPI_tuptable->tupdesc, 3, &isnull));
 	if (isnull)
+		*shard_relid = InvalidOid;
+	*left = !local && OidIsValid(*shard_relid);
+	if (!local)
 		*shard_relid = InvalidOid;
 	SPI_finish();
 	return shardid;
@@ -298,16 +305,26 @@ LockShardMetadata(Relation rel, int64 shardid)
  * with lockmode, under the shard's metadata lock (see the file header).  An
  * ERROR 55000 when this node does not hold it (the call was not
  * delegated), and 40001 when the shard moved away while we waited for its
- * lock (the caller's transaction was routed before the move, and a retry
- * goes to the shard's new node).
+ * lock, or before the call came (its old placement is still here): the
+ * caller's transaction was routed before the move, and a retry goes to the
+ * shard's new node.
  */
 Oid
 IdemCitusLocalShard(Relation rel, text *scope, LOCKMODE lockmode)
 {
 	Oid			relid = RelationGetRelid(rel);
 	Oid			shard_relid;
-	int64		shardid = ShardOfScope(relid, scope, &shard_relid);
+	bool		left;
+	int64		shardid = ShardOfScope(relid, scope, &shard_relid, &left);
 
+	if (left)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to a concurrent move of the shard of scope \"%s\"",
+						text_to_cstring(scope)),
+				 errdetail("Shard " INT64_FORMAT " of the distributed table \"idem_keys\" left this node before the call came.",
+						   shardid),
+				 errhint("Retry the transaction.")));
 	if (!OidIsValid(shard_relid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -322,7 +339,7 @@ IdemCitusLocalShard(Relation rel, text *scope, LOCKMODE lockmode)
 
 		LockShardMetadata(rel, shardid);
 		/* a move or a split may have committed while we waited */
-		again = ShardOfScope(relid, scope, &shard_relid);
+		again = ShardOfScope(relid, scope, &shard_relid, &left);
 		if (again == shardid)
 			break;
 		shardid = again;

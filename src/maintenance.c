@@ -248,6 +248,7 @@ typedef struct PassState
 	text	   *rec_operation;
 	text	   *rec_key;
 	List	   *bad;			/* ItemPointers of records whose write failed */
+	bool		gone;			/* relid was dropped since the listing */
 } PassState;
 
 /* What opening the catalog for a unit found (OpenCatalog) */
@@ -255,6 +256,7 @@ typedef enum CatalogOpen
 {
 	CATALOG_OPEN,
 	CATALOG_MISSING,			/* the extension or its table is gone */
+	CATALOG_GONE,				/* the shard was dropped: skip the shard */
 	CATALOG_BUSY				/* idem_keys is locked: skip the unit */
 } CatalogOpen;
 
@@ -534,7 +536,9 @@ LockTableBriefly(Oid relid, LOCKMODE lockmode)
  * InvalidOid (the worker) the extension is looked up, and a missing
  * extension or table, or one dropped while we waited for the lock, is
  * reported as CATALOG_MISSING.  With a schema (SQL functions) those are
- * errors, except a shard that moved away: it is skipped.  With nowait
+ * errors.  A shard dropped since PassRelations listed it (moved away, the
+ * old placement dropped) is CATALOG_GONE, in either mode: the extension is
+ * still there, the pass goes on with the next shard.  With nowait
  * (maintenance), the relation's lock is not waited for beyond
  * LockTableBriefly: when another transaction holds one that conflicts
  * (LOCK TABLE, DDL), CATALOG_BUSY.
@@ -575,7 +579,7 @@ OpenCatalog(Oid nspid, Oid relid, bool nowait)
 	if (OidIsValid(relid))
 	{
 		if (!IdemRecordsTryOpenRelation(relid, RowExclusiveLock, &table))
-			return CATALOG_MISSING;
+			return CATALOG_GONE;
 	}
 	else if (!IdemRecordsTryOpen(nspid, NULL, RowExclusiveLock, &table))
 	{
@@ -1585,7 +1589,10 @@ UnitSkipped(PassState *ps, const char *relname)
 
 /*
  * Open the catalog for a unit.  When the extension is gone, the unit ends
- * and the pass with it (counts->missing).  When idem_keys is locked by
+ * and the pass with it (counts->missing): the worker then reports the
+ * database as having no extension, and the launcher stops visiting it.  A
+ * shard dropped since the listing ends the unit and that shard's phases
+ * (ps->gone), not the pass.  When idem_keys is locked by
  * another transaction, the unit ends too, skipped (counts->skipped), and
  * the phase with it; the next pass tries again.  Called from SQL, the skip
  * is a WARNING, once per call.
@@ -1604,6 +1611,8 @@ UnitOpen(PassState *ps)
 	UnitEnd(ps);
 	if (result == CATALOG_MISSING)
 		ps->counts->missing = true;
+	else if (result == CATALOG_GONE)
+		ps->gone = true;
 	else
 		UnitSkipped(ps, "idem_keys");
 	return result;
@@ -1803,6 +1812,7 @@ RunPass(IdemTxnMode mode, Oid nspid, int phases, int batch_size,
 	ps.warned_sweep = false;
 	ps.warned_flag = false;
 	ps.warned_busy = false;
+	ps.gone = false;
 	ps.rec_set = false;
 	MemoryContextSwitchTo(ps.passcxt);
 
@@ -1810,9 +1820,12 @@ RunPass(IdemTxnMode mode, Oid nspid, int phases, int batch_size,
 	{
 		ps.relid = lfirst_oid(lc);
 		ps.bad = NIL;			/* row locations are per relation */
-		if (!((phases & PHASE_SWEEP) == 0 || SweepPhase(&ps)) ||
-			!((phases & PHASE_FLAG) == 0 || FlagPhase(&ps)) ||
-			!((phases & PHASE_RECONCILE) == 0 || ReconcilePhase(&ps)))
+		ps.gone = false;
+		/* A phase that ends the pass, unless only its shard is gone */
+		if ((!((phases & PHASE_SWEEP) == 0 || SweepPhase(&ps)) ||
+			 !((phases & PHASE_FLAG) == 0 || FlagPhase(&ps)) ||
+			 !((phases & PHASE_RECONCILE) == 0 || ReconcilePhase(&ps))) &&
+			!ps.gone)
 			break;
 	}
 

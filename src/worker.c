@@ -36,11 +36,13 @@
  * A hint only brings a visit forward; the visit finds out.  A CREATE
  * EXTENSION rolled back hints nothing.  A prepared transaction hints at
  * PREPARE, for good: its commit runs no callback of ours, so that database
- * is visited every round until the launcher restarts.  DROP EXTENSION is
- * found by the next visit, and ALTER EXTENSION changes nothing here.  A
- * database that has the extension is visited every round.  So every
- * database that has it is served with no configuration, including one
- * created or installed after start-up, and the others cost nothing.
+ * is visited every round until the launcher restarts, even one the
+ * launcher has not listed yet (Citus adds a node, or propagates CREATE
+ * EXTENSION, with two-phase commit, often right after CREATE DATABASE).
+ * DROP EXTENSION is found by the next visit, and ALTER EXTENSION changes
+ * nothing here.  A database that has the extension is visited every round.
+ * So every database that has it is served with no configuration, including
+ * one created or installed after start-up, and the others cost nothing.
  *
  * Databases that go away
  * ----------------------
@@ -502,8 +504,12 @@ ForgetUnlistedDatabases(void)
 
 /*
  * Take the hints of CREATE EXTENSION from shared memory into the launcher's
- * entries; true when there was any.  A database not listed yet needs none:
- * it is new, and visited anyway.
+ * entries; true when there was any.  A database not listed yet needs no
+ * plain hint: it is new, and visited anyway.  But a prepared transaction's
+ * hint is kept in a new entry: that first visit may come before COMMIT
+ * PREPARED and find no extension, and nothing would hint again (Citus
+ * creates the extension on a node it adds, or propagates CREATE EXTENSION
+ * to, with two-phase commit, often right after CREATE DATABASE).
  */
 static bool
 TakeHints(void)
@@ -519,7 +525,16 @@ TakeHints(void)
 									   HASH_FIND, NULL);
 
 		if (k == NULL)
-			continue;
+		{
+			if (!hints[i].sticky)
+				continue;
+			/* NoteDatabase finds its xmin changed, and keeps sticky */
+			k = hash_search(known_databases, &hints[i].dboid, HASH_ENTER, NULL);
+			k->xmin = InvalidTransactionId;
+			k->scan = scan_count;
+			k->absent = false;
+			k->sticky = false;
+		}
 		k->hinted = true;
 		k->sticky |= hints[i].sticky;
 	}

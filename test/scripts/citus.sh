@@ -10,7 +10,9 @@
 #     committed, before its own commit is acknowledged), and one killed at
 #     random during a storm, then every key retried;
 #   - a shard move during a storm, then every key retried;
-#   - the background worker of each node sweeping and flagging its shards.
+#   - the background worker of each node sweeping and flagging its shards;
+#   - a node added after start-up (citus_add_node) maintained at once;
+#   - a shard dropped during a pass (as after a move): the node maintained.
 # Effects are counted in the distributed table payments.  Skipped (exit 77)
 # where the server installation has no citus.so: Citus is not in Debian's
 # archive, build it from its source to run this.
@@ -209,6 +211,15 @@ for attempt in $(seq 1 20); do
 	sleep 0.2
 done
 check "shard moved (attempt $attempt)" "$moved" 1
+# A call that reaches the old node after the move (Citus routed it before)
+# must be told to retry, 40001, while the old placement waits there for
+# Citus's deferred cleanup; after that, 55000 (not on this node).  The
+# scope is a subquery, so that Citus does not delegate the call.
+n_src=$([ "$src" = "${ports[1]}" ] && echo 1 || echo 2)
+left=$(q "$n_src" -c "SELECT to_regclass('public.idem_keys_$shardid') IS NOT NULL")
+code=$(q "$n_src" -v VERBOSITY=verbose -c "SELECT status FROM idem_lookup('storm', 'key-3', (SELECT 't3'))" 2>&1 |
+	sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p' | head -1 || true)
+check "a call on the old node (old placement there: $left)" "$code" "$([ "$left" = t ] && echo 40001 || echo 55000)"
 echo "  moved shard $shardid of scope t3 (records $before, then re-created by the storm) from :$src to :$dst"
 wait "$p0" || true
 echo "  coordinator: $(grep -E 'number of transactions actually processed' "$work/storm_move.log"), $(grep -E 'number of transactions retried' "$work/storm_move.log" || echo 'none retried')"
@@ -256,7 +267,77 @@ for n in 0 1 2; do
 		"$(grep -cE "$pattern" "$work/n$n.log" || true)" 0
 done
 
+echo "== a node added after start-up: its worker serves the database within two sweep intervals"
+# citus_add_node creates the extension on the new node with two-phase
+# commit, right after CREATE DATABASE there: the PREPARE's hint brings a
+# visit that finds no extension yet (test/t/032_worker_new_node.pl does the
+# same without Citus)
+citus_node_start 3 "fsync = off" "idempotency.sweep_interval = '2s'"
+q 0 -c "SELECT pg_catalog.citus_add_node('127.0.0.1', ${ports[3]})" >/dev/null
+t0=$EPOCHREALTIME
+check "worker3: the extension, created by citus_add_node" \
+	"$(q 3 -c "SELECT count(*) FROM pg_extension WHERE extname = 'idempotency'")" 1
+served=no
+while awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a < 4) }'; do
+	if [ "$(q 3 -c "SELECT count(*) FROM idem_worker_status WHERE datname = 'idem' AND passes > 0")" = 1 ]; then
+		served=yes
+		break
+	fi
+	sleep 0.1
+done
+echo "  $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s after citus_add_node"
+check "worker3: maintained within two sweep intervals (2 s each)" "$served" yes
+check "worker3: worker exits" \
+	"$(grep -cE 'background worker "idempotency.*exited with exit code' "$work/n3.log" || true)" 0
+
+echo "== a shard dropped during a pass of its node's worker: the node stays maintained"
+# As Citus drops the old placement of a moved shard: a reconciler, called
+# for a stuck record in worker1's first shard, drops worker1's last shard,
+# which the pass listed and reaches later.  The pass goes on, and the
+# worker keeps serving the database (last, since it breaks that shard).
+# worker1 restarts first: its launcher kept visiting the database whatever
+# a visit found, as the extension came by PREPARE (citus_add_node), and a
+# restart forgets that, as after any server restart.
+"$PGBIN/pg_ctl" -D "$work/n1" -m fast -w restart >/dev/null
+for _ in $(seq 1 50); do
+	[ "$(q 1 -c "SELECT count(*) FROM idem_worker_status WHERE datname = 'idem' AND passes > 0" 2>/dev/null)" = 1 ] && break
+	sleep 0.2
+done
+g1=$(q 0 -c "SELECT groupid FROM pg_dist_node WHERE nodeport = ${ports[1]}")
+read -r first victim <<<"$(q 0 -F ' ' -c "SELECT min(s.shardid), max(s.shardid) FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid) WHERE s.logicalrelid = 'idem_keys'::regclass AND p.groupid = $g1")"
+read -r scope_first scope_other <<<"$(q 0 -F ' ' -c "WITH g AS (SELECT 'g' || i AS scope, get_shard_id_for_distribution_column('idem_keys', 'g' || i) AS shardid FROM generate_series(1, 500) i)
+	SELECT (SELECT min(scope) FROM g WHERE shardid = $first),
+		(SELECT min(g.scope) FROM g JOIN pg_dist_placement p USING (shardid) WHERE p.groupid = $g1 AND g.shardid NOT IN ($first, $victim))")"
+q 0 >/dev/null <<SQL
+CREATE FUNCTION rec_drop(r idem_keys) RETURNS void LANGUAGE plpgsql
+	SET citus.enable_manual_changes_to_shards = on
+	AS \$\$ BEGIN DROP TABLE IF EXISTS public.idem_keys_$victim; PERFORM idem_release(r.operation, r.key, r.scope); END \$\$;
+SQL
+q 1 -c "SELECT idem_set_reconciler('drop', 'rec_drop(idem_keys)')" >/dev/null
+q 0 -c "SELECT idem_reserve('drop', 'd1', NULL, '$scope_first')" -c "UPDATE idem_keys SET status = 'stuck' WHERE operation = 'drop'" >/dev/null
+for _ in $(seq 1 30); do
+	[ "$(q 1 -c "SELECT to_regclass('public.idem_keys_$victim') IS NULL")" = t ] &&
+		[ "$(q 0 -c "SELECT count(*) FROM idem_keys WHERE scope = '$scope_first'")" = 0 ] && break
+	sleep 0.5
+done
+check "worker1: shard $victim dropped by the reconciler, the stuck record released" \
+	"$(q 1 -c "SELECT to_regclass('public.idem_keys_$victim') IS NULL")/$(q 0 -c "SELECT count(*) FROM idem_keys WHERE scope = '$scope_first'")" t/0
+# Records that expire now, in another shard of worker1: swept by the next
+# passes (written on worker1: a call in a FROM list is not delegated)
+q 1 >/dev/null <<SQL
+SELECT idem_reserve('after', 'a' || i, NULL, '$scope_other'), idem_complete('after', 'a' || i, NULL, 200, NULL, '$scope_other') FROM generate_series(1, 20) i;
+UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE scope = '$scope_other' AND operation = 'after';
+SQL
+t0=$EPOCHREALTIME
+while [ "$(q 0 -c "SELECT count(*) FROM idem_keys WHERE scope = '$scope_other' AND operation = 'after'")" != 0 ] &&
+	awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { exit !(b - a < 2) }'; do
+	sleep 0.1
+done
+check "worker1: expired records of $scope_other swept within two sweep intervals after the drop" \
+	"$(q 0 -c "SELECT count(*) FROM idem_keys WHERE scope = '$scope_other' AND operation = 'after'")" 0
+check "worker1: its idem_worker_status row" "$(q 1 -c "SELECT count(*) FROM idem_worker_status WHERE datname = 'idem'")" 1
+
 if [ "$fail" != 0 ]; then
-	for n in 0 1 2; do echo "--- ${names[$n]} log"; grep -E 'ERROR|FATAL|PANIC' "$work/n$n.log" | sort | uniq -c | sort -rn | head -10; done
+	for n in 0 1 2 3; do [ -f "$work/n$n.log" ] || continue; echo "--- ${names[$n]} log"; grep -E 'ERROR|FATAL|PANIC' "$work/n$n.log" | sort | uniq -c | sort -rn | head -10; done
 fi
 exit "$fail"
