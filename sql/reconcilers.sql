@@ -3,6 +3,10 @@
 -- Each checks that what the attacker wanted did not happen (no SUPERUSER,
 -- no row copied), and that the backend survived (the next query answers).
 \pset null '(null)'
+-- As a superuser of its own, not the bootstrap superuser, whose name
+-- (postgres, or any other) the output would show; again after each \c
+CREATE ROLE regress_rc_super SUPERUSER;
+SET SESSION AUTHORIZATION regress_rc_super;
 
 -- A stuck record of operation rc-pay in scope rc
 CREATE FUNCTION rc_stuck(k text) RETURNS void LANGUAGE plpgsql AS $$
@@ -161,15 +165,20 @@ RESET search_path;
 ALTER DATABASE :"DBNAME" SET search_path = regress_rc_evil, public;
 SELECT rc_stuck('p4'), rc_stuck('p5');
 \c
+SET SESSION AUTHORIZATION regress_rc_super;
 SHOW search_path;
 SELECT idem_reconcile();
 \c
+SET SESSION AUTHORIZATION regress_rc_super;
 SELECT rc_stuck('p6');
 \c
+SET SESSION AUTHORIZATION regress_rc_super;
 CALL idem_maintain();
 \c
+SET SESSION AUTHORIZATION regress_rc_super;
 ALTER DATABASE :"DBNAME" RESET search_path;
 \c
+SET SESSION AUTHORIZATION regress_rc_super;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_maint';
 SELECT key, who, path FROM rc_calls WHERE key LIKE 'p%' ORDER BY key;
 SELECT count(*) AS still_stuck FROM idem_keys WHERE scope = 'rc' AND key LIKE 'p%';
@@ -212,6 +221,7 @@ SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_maint';
 SELECT rc_status('t1') AS t1;
 DELETE FROM idem_keys WHERE scope = 'rc';
 \c
+SET SESSION AUTHORIZATION regress_rc_super;
 
 --
 -- 3. Rights revoked after registration: the registrar, and the owner of
@@ -598,7 +608,7 @@ REVOKE CREATE ON SCHEMA regress_rc_planted FROM regress_rc_keys;
 SELECT idem_reconcile();
 DROP FUNCTION regress_rc_planted.jsonb_build_object(text, bigint, text, text);
 -- ... or a schema of the path that does not exist yet, which a role with
--- CREATE on the database could create ("$user" is the superuser's name)
+-- CREATE on the database could create ("$user" is the run-as role's name)
 ALTER FUNCTION rc_complete_own_path(idem_keys) SET search_path = "$user", public, pg_catalog;
 GRANT CREATE ON DATABASE :"DBNAME" TO regress_rc_keys;
 SELECT idem_reconcile();
@@ -625,3 +635,7 @@ DROP FUNCTION rc_stuck(text), rc_status(text), rc_release(idem_keys), rc_jsonb(j
 	rc_try_call(regprocedure), rc_force_handler(text);
 DROP PROCEDURE rc_proc(idem_keys);
 DROP TABLE rc_calls, rc_secrets;
+RESET SESSION AUTHORIZATION;
+REASSIGN OWNED BY regress_rc_super TO CURRENT_USER;
+DROP OWNED BY regress_rc_super;
+DROP ROLE regress_rc_super;

@@ -5,7 +5,11 @@
 -- registered again.  Run in a database of its own.
 \set orig_db :DBNAME
 CREATE DATABASE regress_rc_update;
+-- as a superuser of its own, whose name the output shows (not the
+-- bootstrap superuser's, which may be any)
+CREATE ROLE regress_rc_upd_super SUPERUSER;
 \c regress_rc_update
+SET SESSION AUTHORIZATION regress_rc_upd_super;
 CREATE EXTENSION idempotency VERSION '0.1.0';
 CREATE ROLE regress_rc_upd_app;
 GRANT EXECUTE ON FUNCTION idem_set_reconciler(text, regprocedure),
@@ -39,7 +43,7 @@ WHERE conrelid = 'idem_reconcilers'::regclass AND contype <> 'n' ORDER BY connam
 SELECT tgname FROM pg_trigger
 WHERE tgrelid = 'idem_reconcilers'::regclass AND NOT tgisinternal;
 SET ROLE regress_rc_upd_app;
-UPDATE idem_reconcilers SET run_as = 'postgres' WHERE operation = 'upd-app';
+UPDATE idem_reconcilers SET run_as = 'regress_rc_upd_super' WHERE operation = 'upd-app';
 RESET ROLE;
 
 -- The kept registration runs as its role; the dangling one is skipped
@@ -58,4 +62,4 @@ SELECT count(*) AS left_stuck FROM idem_keys;
 
 \c :orig_db
 DROP DATABASE regress_rc_update;
-DROP ROLE regress_rc_upd_app;
+DROP ROLE regress_rc_upd_app, regress_rc_upd_super;
