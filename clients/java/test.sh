@@ -27,10 +27,18 @@ fi
 repo=$cache/repository
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/idem-java-test.XXXXXX")
-trap 'rm -rf "$work"' EXIT
-
+dbs=(idem_java_test idem_java_test_noext idem_java_test_old idem_java_test_demo)
 psql_() { psql -X -q -v ON_ERROR_STOP=1 -d "${PGDATABASE:-postgres}" "$@"; }
-for db in idem_java_test idem_java_test_noext idem_java_test_old idem_java_test_demo; do
+# the test databases go with the run, so that no grant outlives it
+cleanup() {
+	local rc=$? db
+	rm -rf "$work"
+	for db in "${dbs[@]}"; do psql_ -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true; done
+	exit $rc
+}
+trap cleanup EXIT
+
+for db in "${dbs[@]}"; do
 	psql_ -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" -c "CREATE DATABASE $db"
 done
 psql -X -q -v ON_ERROR_STOP=1 -d idem_java_test -c "CREATE EXTENSION idempotency"
