@@ -51,9 +51,13 @@ END
 $$;
 SELECT idem_set_reconciler('old', 'old_reconciler(idem_keys)');
 SELECT operation, handler FROM idem_reconcilers;
+-- in one transaction, so that a running worker never sees the record stuck
+-- and reconciles it first
+BEGIN;
 UPDATE idem_keys SET status = 'stuck' WHERE key = 'open';
 SELECT key, flagged FROM idem_stuck;
 SELECT idem_sweep() AS swept, idem_flag_stuck() AS flagged, idem_reconcile() AS reconciled;
+COMMIT;
 CALL idem_maintain();
 SELECT outcome, response FROM idem_reserve('old', 'open');
 SELECT idem_canonical('{"b": 1, "a": 2}'), length(idem_hash('{}')) AS hash_len;
