@@ -16,6 +16,8 @@ const users: Record<string, string> = { 'token-a': 'user-a', 'token-b': 'user-b'
 const scope = (req: Request) => users[(req.headers.authorization ?? '').replace(/^Bearer /, '')];
 
 let db: TestDatabase;
+/** Called by the handler of note 'slow' once it runs. */
+let slowStarted: () => void = () => {};
 let idem: IdempotencyMiddleware;
 let app: express.Express;
 const reported: unknown[] = [];
@@ -42,7 +44,7 @@ before(async () => {
     if (note === 'unavailable') { res.status(503).json({ error: 'try later' }); return; }
     if (note === 'declined') { res.status(402).json({ error: 'declined' }); return; }
     if (note === 'teapot') { const e = Object.assign(new Error('refused'), { status: 418 }); throw e; }
-    if (note === 'slow') await sleep(400);
+    if (note === 'slow') { slowStarted(); await sleep(400); }
     res.status(201).location(`/items/${rows[0].id}`).set('X-Request-Id', 'r-1').set('X-Not-Stored', 'x').json({ id: Number(rows[0].id), note });
   });
   app.post('/terminated', idem.route({ operation: 'terminated' }), async (req, res) => {
@@ -324,13 +326,19 @@ describe('the transaction', () => {
     await new Promise((resolve) => server.once('listening', resolve));
     const { port } = server.address() as AddressInfo;
     const body = JSON.stringify({ note: 'slow' });
+    const started = new Promise<void>((r) => { slowStarted = r; });
     await new Promise<void>((resolve) => {
       const req = httpRequest({ port, host: '127.0.0.1', method: 'POST', path: '/items', headers: {
         'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: 'Bearer token-a', 'idempotency-key': 'gone',
       } });
       req.on('error', () => resolve());
       req.end(body);
-      setTimeout(() => { req.destroy(); resolve(); }, 100);
+      // the client goes away once the handler runs, before its answer (a
+      // fixed delay could end the request before it reached the handler)
+      let timer: NodeJS.Timeout | undefined;
+      const gone = () => { clearTimeout(timer); req.destroy(); resolve(); };
+      void started.then(gone);
+      timer = setTimeout(gone, 10000);
     });
     for (let i = 0; i < 50 && (await records("key = 'gone' AND status = 'completed'")) === 0; i++) await sleep(100);
     server.close();

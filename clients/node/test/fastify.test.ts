@@ -13,6 +13,8 @@ const users: Record<string, string> = { 'token-a': 'user-a', 'token-b': 'user-b'
 const scope = (request: FastifyRequest) => users[(request.headers.authorization ?? '').replace(/^Bearer /, '')];
 
 let db: TestDatabase;
+/** Called by the handler of note 'slow' once it runs. */
+let slowStarted: () => void = () => {};
 let app: FastifyInstance;
 const reported: unknown[] = [];
 
@@ -38,7 +40,7 @@ before(async () => {
     if (note === 'unavailable') return reply.code(503).send({ error: 'try later' });
     if (note === 'declined') return reply.code(402).send({ error: 'declined' });
     if (note === 'teapot') throw Object.assign(new Error('short and stout'), { statusCode: 418 });
-    if (note === 'slow') await sleep(400);
+    if (note === 'slow') { slowStarted(); await sleep(400); }
     return reply.code(201).header('location', `/items/${rows[0].id}`).header('x-not-stored', 'x').send({ id: Number(rows[0].id), note });
   });
   app.post('/subset', { config: { idempotency: { operation: 'subset', fingerprint: ['/order_id'] } } }, async (request, reply) => {
@@ -185,13 +187,19 @@ describe('the Fastify plugin', () => {
     const address = await app.listen({ port: 0, host: '127.0.0.1' });
     const { port } = new URL(address);
     const body = JSON.stringify({ note: 'slow' });
+    const started = new Promise<void>((r) => { slowStarted = r; });
     await new Promise<void>((resolve) => {
       const req = httpRequest({ port: Number(port), host: '127.0.0.1', method: 'POST', path: '/items', headers: {
         'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: 'Bearer token-a', 'idempotency-key': 'gone',
       } });
       req.on('error', () => resolve());
       req.end(body);
-      setTimeout(() => { req.destroy(); resolve(); }, 100);
+      // the client goes away once the handler runs, before its answer (a
+      // fixed delay could end the request before it reached the handler)
+      let timer: NodeJS.Timeout | undefined;
+      const gone = () => { clearTimeout(timer); req.destroy(); resolve(); };
+      void started.then(gone);
+      timer = setTimeout(gone, 10000);
     });
     for (let i = 0; i < 50 && (await records("key = 'gone' AND status = 'completed'")) === 0; i++) await sleep(100);
     assert.equal(await records("key = 'gone' AND status = 'completed'"), 1);
