@@ -2,7 +2,6 @@
 // every effect is counted in the database.
 
 import assert from 'node:assert/strict';
-import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import express, { type Request } from 'express';
@@ -10,7 +9,7 @@ import pg from 'pg';
 import supertest from 'supertest';
 import { ExtensionVersionError } from '../src/index.js';
 import { idempotency, type IdempotencyMiddleware } from '../src/express.js';
-import { createDatabase, defaultVersion, holdReservation, sleep, type TestDatabase } from './helpers.js';
+import { createDatabase, defaultVersion, holdReservation, postAndHangUp, sleep, type TestDatabase } from './helpers.js';
 
 const users: Record<string, string> = { 'token-a': 'user-a', 'token-b': 'user-b' };
 const scope = (req: Request) => users[(req.headers.authorization ?? '').replace(/^Bearer /, '')];
@@ -327,19 +326,7 @@ describe('the transaction', () => {
     const { port } = server.address() as AddressInfo;
     const body = JSON.stringify({ note: 'slow' });
     const started = new Promise<void>((r) => { slowStarted = r; });
-    await new Promise<void>((resolve) => {
-      const req = httpRequest({ port, host: '127.0.0.1', method: 'POST', path: '/items', headers: {
-        'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: 'Bearer token-a', 'idempotency-key': 'gone',
-      } });
-      req.on('error', () => resolve());
-      req.end(body);
-      // the client goes away once the handler runs, before its answer (a
-      // fixed delay could end the request before it reached the handler)
-      let timer: NodeJS.Timeout | undefined;
-      const gone = () => { clearTimeout(timer); req.destroy(); resolve(); };
-      void started.then(gone);
-      timer = setTimeout(gone, 10000);
-    });
+    await postAndHangUp(port, 'gone', body, started);
     for (let i = 0; i < 50 && (await records("key = 'gone' AND status = 'completed'")) === 0; i++) await sleep(100);
     server.close();
     assert.equal(await records("key = 'gone' AND status = 'completed'"), 1);

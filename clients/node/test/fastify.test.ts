@@ -2,12 +2,11 @@
 // every effect is counted in the database.
 
 import assert from 'node:assert/strict';
-import { request as httpRequest } from 'node:http';
 import { after, before, describe, it } from 'node:test';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { ExtensionVersionError } from '../src/index.js';
 import fastifyIdempotency from '../src/fastify.js';
-import { createDatabase, defaultVersion, holdReservation, sleep, type TestDatabase } from './helpers.js';
+import { createDatabase, defaultVersion, holdReservation, postAndHangUp, sleep, type TestDatabase } from './helpers.js';
 
 const users: Record<string, string> = { 'token-a': 'user-a', 'token-b': 'user-b' };
 const scope = (request: FastifyRequest) => users[(request.headers.authorization ?? '').replace(/^Bearer /, '')];
@@ -188,19 +187,7 @@ describe('the Fastify plugin', () => {
     const { port } = new URL(address);
     const body = JSON.stringify({ note: 'slow' });
     const started = new Promise<void>((r) => { slowStarted = r; });
-    await new Promise<void>((resolve) => {
-      const req = httpRequest({ port: Number(port), host: '127.0.0.1', method: 'POST', path: '/items', headers: {
-        'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: 'Bearer token-a', 'idempotency-key': 'gone',
-      } });
-      req.on('error', () => resolve());
-      req.end(body);
-      // the client goes away once the handler runs, before its answer (a
-      // fixed delay could end the request before it reached the handler)
-      let timer: NodeJS.Timeout | undefined;
-      const gone = () => { clearTimeout(timer); req.destroy(); resolve(); };
-      void started.then(gone);
-      timer = setTimeout(gone, 10000);
-    });
+    await postAndHangUp(Number(port), 'gone', body, started);
     for (let i = 0; i < 50 && (await records("key = 'gone' AND status = 'completed'")) === 0; i++) await sleep(100);
     assert.equal(await records("key = 'gone' AND status = 'completed'"), 1);
     assert.equal(await effects('slow'), 1);

@@ -2,6 +2,7 @@
 // PGUSER a superuser): each test file creates its own database with the
 // extension and drops it at the end.
 
+import { request as httpRequest } from 'node:http';
 import pg from 'pg';
 
 export interface TestDatabase {
@@ -65,6 +66,26 @@ export async function defaultVersion(pool: pg.Pool): Promise<string> {
   const { rows } = await pool.query<{ v: string }>(
     "SELECT default_version AS v FROM pg_catalog.pg_available_extensions WHERE name = 'idempotency'");
   return rows[0]!.v;
+}
+
+/**
+ * POSTs a JSON body to /items on 127.0.0.1:port as token-a with the given
+ * key, and hangs up once `started` resolves (the handler runs), before the
+ * answer: a fixed delay could end the request before it reached the
+ * handler.  Gives up after 10 s.
+ */
+export function postAndHangUp(port: number, key: string, body: string, started: Promise<void>): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const req = httpRequest({ port, host: '127.0.0.1', method: 'POST', path: '/items', headers: {
+      'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: 'Bearer token-a', 'idempotency-key': key,
+    } });
+    req.on('error', () => resolve());
+    req.end(body);
+    let timer: NodeJS.Timeout | undefined;
+    const gone = () => { clearTimeout(timer); req.destroy(); resolve(); };
+    void started.then(gone);
+    timer = setTimeout(gone, 10000);
+  });
 }
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
