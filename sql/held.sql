@@ -211,8 +211,57 @@ COMMIT;
 SELECT idem_consume('held-consumer', 'm1', ttl => '1 second') AS redelivered;
 SELECT expires_at - updated_at AS ttl, updated_at - created_at >= interval '1.5 seconds' AS written_at_commit
 FROM idem_keys WHERE scope = 'idem:consume' AND operation = 'held-consumer';
+DELETE FROM idem_keys WHERE operation = 'held-consumer';
+-- ... and so is one written before COMMIT, which COMMIT writes again with
+-- its expiry counted from then: a redelivery renewing its message's expired
+-- record not yet swept, more than 16 in a transaction (the 16th held one is
+-- held-many's m15; m16 and m17 are written at once), held ones written
+-- before the transaction's DDL, and inside a
+-- security-restricted operation (CREATE MATERIALIZED VIEW)
+SELECT idem_consume('held-renewed', 'm1', ttl => '1 hour');
+UPDATE idem_keys SET expires_at = clock_timestamp() - interval '1 minute'
+WHERE scope = 'idem:consume' AND operation = 'held-renewed';
+BEGIN;
+SELECT idem_consume('held-renewed', 'm1', ttl => '1 hour') AS renewed;
+SELECT idem_consume('held-before-ddl', 'm1', ttl => '1 hour') AS consumed;
+SELECT count(*) FILTER (WHERE idem_consume('held-many', 'm' || i, ttl => '1 hour')) AS consumed
+FROM generate_series(1, 17) AS i;
+CREATE TEMPORARY TABLE held_ddl_after_consume ();
+CREATE MATERIALIZED VIEW held_consume_mv AS
+	SELECT idem_consume('held-restricted', 'm1', ttl => '1 hour') AS consumed;
+SELECT pg_sleep(1.5);
+COMMIT;
+SELECT operation, count(*) AS records,
+	count(*) FILTER (WHERE expires_at - updated_at = interval '1 hour'
+					 AND updated_at - created_at >= interval '1.5 seconds') AS counted_from_commit
+FROM idem_keys WHERE scope = 'idem:consume' AND operation LIKE 'held-%'
+GROUP BY operation ORDER BY operation;
+DROP MATERIALIZED VIEW held_consume_mv;
+-- a rolled-back savepoint takes the 17th with it
+BEGIN;
+SELECT count(*) FILTER (WHERE idem_consume('held-savepoint', 'm' || i)) AS consumed
+FROM generate_series(1, 16) AS i;
+SAVEPOINT s;
+SELECT idem_consume('held-savepoint', 'm17') AS consumed;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT count(*) AS records FROM idem_keys WHERE operation = 'held-savepoint';
+-- On a table with a trigger of its owner's, which the commit never runs,
+-- the expiry stays counted from the call, and a record that would be
+-- expired at COMMIT fails the COMMIT
+CREATE TRIGGER held_trigger AFTER INSERT ON idem_keys
+	FOR EACH ROW EXECUTE FUNCTION held_trigger();
+BEGIN;
+SELECT idem_consume('held-owner-rules', 'm1', ttl => '0.2 seconds') AS consumed;
+SELECT pg_sleep(0.3);
+COMMIT;
+BEGIN;
+SELECT idem_consume('held-owner-rules', 'm2', ttl => '1 hour') AS consumed;
+COMMIT;
+DROP TRIGGER held_trigger ON idem_keys;
+SELECT key, expires_at - created_at AS ttl FROM idem_keys WHERE operation = 'held-owner-rules';
 
-DELETE FROM idem_keys WHERE operation LIKE 'held-%' OR operation = 'held-consumer';
+DELETE FROM idem_keys WHERE operation LIKE 'held-%';
 DROP TABLE held_effects;
 DROP FUNCTION held_pay(text, boolean), held_finish(text), held_ddl_sees(), held_trigger();
 REVOKE ALL ON idem_keys FROM regress_held_owner, regress_held_app;

@@ -21,6 +21,15 @@
  * needs the row, or before any DDL of the transaction (below).
  * idem_consume's record is held too, and written completed at commit, its
  * expiry counted from that write, so that it lives its ttl after COMMIT.
+ * One written before commit (at once, where a reservation cannot be held,
+ * a redelivery renewing its expired record, or held and written before
+ * DDL) is remembered in a second list and written again at commit with
+ * its expiry counted from then: an update of the transaction's own row
+ * (RECORD_MINE), as the role that consumed, in its security context.  On a
+ * table whose writes would run code of its owner's, which the commit
+ * callback never runs, its expiry stays counted from the call, and a
+ * record that would be expired at commit fails the commit instead: never
+ * a message record born expired.
  * A held reservation is forgotten, and its lock released, with the
  * subtransaction that made it; a write is undone with the subtransaction
  * that made it, and the reservation is held again.  The list lives in
@@ -83,6 +92,8 @@
 
 static IdemHeld *held_keys = NULL;
 static int	held_count = 0;
+/* idem_consume's records written at once, to count their expiry from commit */
+static IdemHeld *consumed_keys = NULL;
 static bool held_callbacks = false;
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
@@ -107,6 +118,16 @@ AddTtl(TimestampTz when, Interval *ttl)
 	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 												   TimestampTzGetDatum(when),
 												   IntervalPGetDatum(ttl)));
+}
+
+/*
+ * May the commit callback write into table?  Only where a write runs no
+ * code of any role: idem_keys itself, with the install script's rules alone.
+ */
+static bool
+WritableAtCommit(IdemTable *table)
+{
+	return table->own_rules && table->member;
 }
 
 /* The record of a held reservation as it stands, with change applied over it */
@@ -172,7 +193,7 @@ WriteHeld(IdemHeld *h, IdemRow *change, const char *function, bool at_commit)
 	/* The table by OID, locked since the reservation */
 	if (!IdemRecordsTryOpenRelation(h->relid, RowExclusiveLock, &table))
 		ReportUnwritable(h, "Table idem_keys was dropped in this transaction after the key was reserved.");
-	if (at_commit && !(table.own_rules && table.member))
+	if (at_commit && !WritableAtCommit(&table))
 		ReportUnwritable(h, "Table idem_keys was changed in this transaction after the key was reserved, so that writing the record at commit would run code of its owner's.");
 
 	/* A completion or a checkpoint is the current role's update */
@@ -214,6 +235,90 @@ WriteAllHeld(bool at_commit)
 }
 
 /*
+ * At commit, count the expiry of an idem_consume record written earlier in
+ * the transaction (h) from now: update the transaction's own row, as the
+ * role that consumed.  Where the commit callback may not write (see the
+ * file header), only make sure the record is not expired already.
+ */
+static void
+CountFromCommit(IdemHeld *h)
+{
+	IdemTable	table;
+	IdemRecord	rec;
+	TimestampTz now;
+	bool		pushed = false;
+
+	if (!ActiveSnapshotSet())
+	{
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pushed = true;
+	}
+	/*
+	 * Dropped, or the record deleted or changed, by the transaction itself,
+	 * as it would drop any record it wrote: nothing of ours to renew
+	 */
+	if (!IdemRecordsTryOpenRelation(h->relid, RowExclusiveLock, &table))
+	{
+		if (pushed)
+			PopActiveSnapshot();
+		return;
+	}
+	if (IdemRecordsFetch(&table, GetActiveSnapshot(), h->scope, h->operation,
+						 h->key, &rec, NULL) &&
+		(rec.flags & RECORD_MINE) && rec.status == STATUS_COMPLETED)
+	{
+		now = GetCurrentTimestamp();
+		if (WritableAtCommit(&table))
+		{
+			IdemWriter	w;
+			IdemRow		row;
+			Oid			save_userid;
+			int			save_sec_context;
+
+			GetUserIdAndSecContext(&save_userid, &save_sec_context);
+			SetUserIdAndSecContext(h->roleid,
+								   save_sec_context | h->sec_context | SECURITY_LOCAL_USERID_CHANGE);
+			/* The consume's own insert again: no privilege beyond it */
+			IdemRecordsWriterBegin(&table, 0, "idem_consume()", &w);
+			if (IdemRecordsLock(&w, &rec.tid, LockTupleNoKeyExclusive,
+								LockWaitBlock) == TM_Ok)
+			{
+				IdemRowInit(&row);
+				IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
+				IdemRowSet(&row, COL_EXPIRES_AT,
+						   TimestampTzGetDatum(AddTtl(now, h->ttl)), false);
+				(void) IdemRecordsUpdate(&w, &row, true);
+			}
+			IdemRecordsWriterEnd(&w);
+			SetUserIdAndSecContext(save_userid, save_sec_context);
+		}
+		else if (rec.expires_at <= now)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("message \"%s\" of consumer \"%s\" would be forgotten at commit",
+							text_to_cstring(h->key), text_to_cstring(h->operation)),
+					 errdetail("Its record expired before the transaction committed, and table idem_keys has rules of its owner's, so that the record cannot be written again at commit."),
+					 errhint("Give idem_consume a ttl longer than the transaction.")));
+	}
+	IdemRecordsClose(&table);
+	if (pushed)
+		PopActiveSnapshot();
+}
+
+/* Count from now the expiry of every idem_consume record written earlier */
+static void
+CountAllFromCommit(void)
+{
+	IdemHeld   *h;
+
+	for (h = held_keys; h != NULL; h = h->next)
+		if (h->completed && h->written != InvalidSubTransactionId)
+			CountFromCommit(h);
+	for (h = consumed_keys; h != NULL; h = h->next)
+		CountFromCommit(h);
+}
+
+/*
  * At commit or prepare, write what is still held; at the end of the
  * transaction, forget the list (its memory goes with TopTransactionContext).
  */
@@ -224,6 +329,8 @@ HeldXactCallback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 		case XACT_EVENT_PRE_PREPARE:
+			/* First those written earlier: the others count from their write */
+			CountAllFromCommit();
 			WriteAllHeld(true);
 			break;
 		case XACT_EVENT_COMMIT:
@@ -233,6 +340,7 @@ HeldXactCallback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			held_keys = NULL;
 			held_count = 0;
+			consumed_keys = NULL;
 			break;
 		default:
 			break;
@@ -243,16 +351,16 @@ HeldXactCallback(XactEvent event, void *arg)
  * A subtransaction that rolls back takes its held reservations with it
  * (its resource owner releases their key locks) and undoes its writes of
  * others, which are held again; one that commits hands both to its parent.
+ * The same for the list of idem_consume's records written at once, whose
+ * entries are written by the subtransaction that made them (count NULL).
  */
 static void
-HeldSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
-					SubTransactionId parentSubid, void *arg)
+SubXactList(IdemHeld **list, int *count, SubXactEvent event,
+			SubTransactionId mySubid, SubTransactionId parentSubid)
 {
 	IdemHeld  **link;
 
-	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
-		return;
-	for (link = &held_keys; *link != NULL;)
+	for (link = list; *link != NULL;)
 	{
 		IdemHeld   *h = *link;
 
@@ -261,7 +369,8 @@ HeldSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 			if (h->subid == mySubid)
 			{
 				*link = h->next;
-				held_count--;
+				if (count != NULL)
+					(*count)--;
 				continue;
 			}
 			if (h->written == mySubid)
@@ -276,6 +385,16 @@ HeldSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
 		}
 		link = &h->next;
 	}
+}
+
+static void
+HeldSubXactCallback(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	SubXactList(&held_keys, &held_count, event, mySubid, parentSubid);
+	SubXactList(&consumed_keys, NULL, event, mySubid, parentSubid);
 }
 
 /*
@@ -320,31 +439,17 @@ IdemHeldInit(void)
 bool
 IdemHeldAllowed(IdemTable *table)
 {
-	return held_count < IDEM_MAX_HELD && table->own_rules && table->member &&
+	return held_count < IDEM_MAX_HELD && WritableAtCommit(table) &&
 		!InSecurityRestrictedOperation();
 }
 
-/*
- * Hold the reservation of a key in table, whose key lock the caller keeps:
- * check what its write will check, take the lock its write takes, and
- * remember it with the role and security context that reserved.
- */
-void
-IdemHeldAdd(IdemTable *table, Oid nspid, text *scope, text *operation,
-			text *key, bytea *hash, Interval *ttl, TimestampTz created_at,
-			TimestampTz expires_at, bool completed)
+/* A new entry of the transaction's lists, as the current role and subtransaction */
+static IdemHeld *
+NewEntry(IdemTable *table, Oid nspid, text *scope, text *operation,
+		 text *key, bytea *hash, Interval *ttl, bool completed)
 {
 	MemoryContext oldcxt;
 	IdemHeld   *h;
-
-	IdemRecordsCheckWritable(table, ACL_INSERT,
-							 completed ? "idem_consume()" : "idem_reserve()");
-	if (table->lockmode < RowExclusiveLock)
-	{
-		/* Locked already: the table cannot have gone meanwhile */
-		LockRelationOid(RelationGetRelid(table->rel), RowExclusiveLock);
-		table->lockmode = RowExclusiveLock;
-	}
 
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	if (!held_callbacks)
@@ -362,14 +467,55 @@ IdemHeldAdd(IdemTable *table, Oid nspid, text *scope, text *operation,
 	h->hash = hash ? DatumGetByteaPCopy(PointerGetDatum(hash)) : NULL;
 	h->ttl = palloc(sizeof(Interval));
 	memcpy(h->ttl, ttl, sizeof(Interval));
-	h->created_at = created_at;
-	h->expires_at = expires_at;
 	h->completed = completed;
 	GetUserIdAndSecContext(&h->roleid, &h->sec_context);
 	h->subid = GetCurrentSubTransactionId();
 	h->written = InvalidSubTransactionId;
+	MemoryContextSwitchTo(oldcxt);
+	return h;
+}
+
+/*
+ * Hold the reservation of a key in table, whose key lock the caller keeps:
+ * check what its write will check, take the lock its write takes, and
+ * remember it with the role and security context that reserved.
+ */
+void
+IdemHeldAdd(IdemTable *table, Oid nspid, text *scope, text *operation,
+			text *key, bytea *hash, Interval *ttl, TimestampTz created_at,
+			TimestampTz expires_at, bool completed)
+{
+	IdemHeld   *h;
+
+	IdemRecordsCheckWritable(table, ACL_INSERT,
+							 completed ? "idem_consume()" : "idem_reserve()");
+	if (table->lockmode < RowExclusiveLock)
+	{
+		/* Locked already: the table cannot have gone meanwhile */
+		LockRelationOid(RelationGetRelid(table->rel), RowExclusiveLock);
+		table->lockmode = RowExclusiveLock;
+	}
+
+	h = NewEntry(table, nspid, scope, operation, key, hash, ttl, completed);
+	h->created_at = created_at;
+	h->expires_at = expires_at;
 	h->next = held_keys;
 	held_keys = h;
 	held_count++;
-	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * Remember an idem_consume record the current subtransaction has just
+ * written into table at once, so that its expiry counts from commit.
+ */
+void
+IdemHeldConsumedAtOnce(IdemTable *table, Oid nspid, text *scope,
+					   text *operation, text *key, Interval *ttl)
+{
+	IdemHeld   *h;
+
+	h = NewEntry(table, nspid, scope, operation, key, NULL, ttl, true);
+	h->written = h->subid;
+	h->next = consumed_keys;
+	consumed_keys = h;
 }

@@ -12,7 +12,10 @@
 
 #include "records.h"
 
-/* A reservation this transaction holds (see held.c) */
+/*
+ * A reservation this transaction holds, or an idem_consume record it wrote
+ * at once (see held.c)
+ */
 typedef struct IdemHeld
 {
 	struct IdemHeld *next;
@@ -39,6 +42,8 @@ extern void IdemHeldAdd(IdemTable *table, Oid nspid, text *scope,
 						text *operation, text *key, bytea *hash,
 						Interval *ttl, TimestampTz created_at,
 						TimestampTz expires_at, bool completed);
+extern void IdemHeldConsumedAtOnce(IdemTable *table, Oid nspid, text *scope,
+								   text *operation, text *key, Interval *ttl);
 extern IdemHeld *IdemHeldFind(Oid nspid, text *scope, text *operation,
 							  text *key);
 extern void IdemHeldRow(IdemHeld *h, IdemRow *change, IdemRow *row);

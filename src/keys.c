@@ -55,14 +55,15 @@
  * request too: its mismatch shows once the record is written), and which
  * idem_complete, idem_checkpoint and idem_release wait for, as they wait
  * for the writer of an uncommitted row.  idem_consume's record is held
- * the same way, and written completed, its ttl counted from that write.
+ * the same way, and written completed at commit, its ttl counted from
+ * then; one written at once is written again at commit (held.c).
  *
  * Times are clock times of the call (GetCurrentTimestamp(), as
  * clock_timestamp()), never the start of the statement, the client's message
  * or the transaction: a record is created when idem_reserve runs, updated_at
  * (the heartbeat) is the time of the last write, and a completion sets
- * expires_at to the time idem_complete runs plus the ttl (idem_consume's,
- * written at commit, to the time of that write plus the ttl).  A procedure, a
+ * expires_at to the time idem_complete runs plus the ttl (idem_consume's
+ * to the time of its transaction's commit plus the ttl).  A procedure, a
  * PL/pgSQL block, an idem_call handler or a message of many statements that
  * runs longer than the ttl before completing so still commits a live record.
  *
@@ -633,6 +634,10 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 				result->outcome = IDEM_IN_PROGRESS;
 				break;
 			case CLAIM_DONE:
+				/* idem_consume's expiry counts from commit (held.c) */
+				if (req->flags & IDEM_RESERVE_COMPLETED)
+					IdemHeldConsumedAtOnce(&table, nspid, req->scope,
+										   req->operation, req->key, req->ttl);
 				result->outcome = IDEM_NEW;
 				result->has_expires_at = true;
 				result->expires_at = req->expires_at;
