@@ -1,9 +1,20 @@
 -- Maintenance from SQL: idem_sweep, idem_flag_stuck, idem_set_reconciler,
--- idem_reconcile, idem_maintain and the idem_stuck view.  The server's
--- worker may be running: a record made expired here is made so in the
--- same transaction as the sweep that counts it, which the worker cannot see
--- before that transaction commits.  Everything below lives in
--- scope 'mt'.
+-- idem_reconcile, idem_maintain and the idem_stuck view.  Everything below
+-- lives in scopes 'mt' and 'nb'.
+--
+-- The server's worker may be running, and every count printed here is
+-- this session's alone:
+--	- a record made expired here is made so in the same transaction as the
+--	  sweep that counts it, which the worker cannot see before that
+--	  transaction commits;
+--	- the worker reads this database's processing_timeout, set to one day
+--	  below, and so never flags the records made 10 or 20 minutes old here
+--	  (this session's is 5 minutes); older ones are made so in the same
+--	  transaction as the flagging that counts them;
+--	- the reconcilers below decide only in this session (mt.session): a
+--	  call from the worker leaves the record stuck; and idem_reconcile
+--	  runs here with the records locked first (the worker skips a record
+--	  another transaction locks, and so would idem_reconcile).
 
 -- Needs the library preloaded (shared_preload_libraries): against a stock
 -- server this test skips itself (expected/maintenance_1.out)
@@ -14,8 +25,21 @@ SELECT pg_catalog.current_setting('shared_preload_libraries')
 \quit
 \endif
 \pset null '(null)'
-SET idempotency.processing_timeout = '5min';
 SET client_min_messages = warning;
+SELECT pg_catalog.current_database() AS db \gset
+ALTER DATABASE :"db" SET idempotency.processing_timeout = '1d';
+-- (a visit of the worker that began before that reads the old one: wait
+-- for it to end)
+DO $$
+BEGIN
+	WHILE EXISTS (SELECT FROM pg_catalog.pg_stat_activity
+				  WHERE backend_type = 'idempotency worker'
+				  AND datname = pg_catalog.current_database()) LOOP
+		PERFORM pg_catalog.pg_sleep(0.01);
+	END LOOP;
+END $$;
+SET idempotency.processing_timeout = '5min';
+SET mt.session = 'test';
 
 -- Settle what earlier tests left behind, so that the counts below are ours
 SELECT idem_sweep() >= 0 AS swept, idem_flag_stuck() >= 0 AS flagged;
@@ -173,6 +197,10 @@ CREATE TABLE mt_calls (key text, caller name);
 CREATE FUNCTION mt_reconcile(r idem_keys) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
+	-- a call from the server's worker decides nothing
+	IF pg_catalog.current_setting('mt.session', true) IS DISTINCT FROM 'test' THEN
+		RETURN;
+	END IF;
 	INSERT INTO public.mt_calls VALUES (r.key, current_user);
 	IF r.key LIKE 'paid%' THEN
 		-- the gateway says the charge went through: complete with its result
@@ -223,7 +251,10 @@ SELECT key, flagged, reconciler FROM idem_stuck WHERE scope = 'mt' ORDER BY key;
 
 -- idem_reconcile calls it once per stuck record of mt-pay; the one that
 -- raises is reported as a WARNING naming the key, and the others go on
+BEGIN;
+SELECT FROM idem_keys WHERE scope = 'mt' FOR UPDATE \g /dev/null
 SELECT idem_reconcile();
+COMMIT;
 SELECT key, caller = current_user AS as_registrant FROM mt_calls ORDER BY key;
 SELECT key, status, response_status, response, resource_id
 FROM idem_keys WHERE scope = 'mt' AND key IN ('paid-1', 'void-1', 'boom-1', 'wait-1', 'paid-2')
@@ -264,7 +295,10 @@ RESET ROLE;
 \set VERBOSITY default
 -- That role may not execute idem_complete: paid-4 fails as that role, while
 -- the undecided wait-1 is called (and boom-1 raises, as before)
+BEGIN;
+SELECT FROM idem_keys WHERE scope = 'mt' FOR UPDATE \g /dev/null
 SELECT idem_reconcile();
+COMMIT;
 SELECT key, caller FROM mt_calls ORDER BY key;
 SELECT key, status FROM idem_keys WHERE scope = 'mt' AND key IN ('paid-4', 'boom-1', 'wait-1')
 ORDER BY key;
@@ -275,11 +309,17 @@ SET ROLE regress_idem_reconciler;
 SELECT idem_set_reconciler('mt-pay', 'mt_reconcile(idem_keys)');
 RESET ROLE;
 -- ... and so does each call: the registration made earlier now fails
+BEGIN;
+SELECT FROM idem_keys WHERE scope = 'mt' FOR UPDATE \g /dev/null
 SELECT idem_reconcile();
+COMMIT;
 TRUNCATE mt_calls;
 -- Registered again by the superuser, paid-4 completes
 SELECT idem_set_reconciler('mt-pay', 'mt_reconcile(idem_keys)');
+BEGIN;
+SELECT FROM idem_keys WHERE scope = 'mt' FOR UPDATE \g /dev/null
 SELECT idem_reconcile();
+COMMIT;
 SELECT key, status FROM idem_keys WHERE scope = 'mt' AND key IN ('paid-4', 'boom-1', 'wait-1')
 ORDER BY key;
 SELECT idem_release('mt-pay', k, 'mt') FROM (VALUES ('boom-1'), ('wait-1')) v(k);
@@ -289,7 +329,10 @@ TRUNCATE mt_calls;
 CREATE FUNCTION mt_gone(r idem_keys) RETURNS void LANGUAGE sql AS $$ SELECT $$;
 SELECT idem_set_reconciler('mt-ship', 'mt_gone(idem_keys)');
 DROP FUNCTION mt_gone(idem_keys);
+BEGIN;
+SELECT FROM idem_keys WHERE scope = 'mt' FOR UPDATE \g /dev/null
 SELECT idem_reconcile();
+COMMIT;
 SELECT idem_set_reconciler('mt-ship', NULL);
 SELECT operation FROM idem_reconcilers;
 
@@ -334,17 +377,21 @@ CREATE TRIGGER nb_refuse BEFORE UPDATE OR DELETE ON idem_keys
 SELECT idem_flag_stuck();
 SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
 SELECT idem_complete('nb-pay', k, scope => 'nb') FROM (VALUES ('a'), ('bad'), ('c')) v(k);
+BEGIN;
 UPDATE idem_keys SET expires_at = now() - interval '1 minute' WHERE scope = 'nb';
 SELECT idem_sweep();
+COMMIT;
 SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
 -- The worker's pass from SQL goes on too: 'bad' stays, 'd' is flagged
 SELECT outcome FROM idem_reserve('nb-pay', 'd', scope => 'nb');
 UPDATE idem_keys SET updated_at = now() - interval '10 minutes' WHERE scope = 'nb' AND key = 'd';
 CALL idem_maintain();
 SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
+BEGIN;
 DROP TRIGGER nb_refuse ON idem_keys;
 DROP FUNCTION nb_refuse();
 SELECT idem_sweep() >= 1 AS swept;
+COMMIT;
 SELECT idem_release('nb-pay', 'd', 'nb');
 -- A CHECK added NOT VALID, which an old record fails: that record is
 -- left processing, the other one is flagged
@@ -362,11 +409,13 @@ DELETE FROM idem_keys WHERE scope = 'nb';
 -- processing record past idempotency.processing_timeout, for idem_reserve,
 -- idem_stuck and idem_flag_stuck alike
 SELECT outcome FROM idem_reserve('nb-pay', 'inf', scope => 'nb');
+BEGIN;
 UPDATE idem_keys SET updated_at = '-infinity' WHERE scope = 'nb' AND key = 'inf';
-SELECT outcome FROM idem_reserve('nb-pay', 'inf', scope => 'nb');
 SELECT key, flagged FROM idem_stuck WHERE scope = 'nb';
 SELECT idem_flag_stuck();
 SELECT key, status FROM idem_keys WHERE scope = 'nb';
+COMMIT;
+SELECT outcome FROM idem_reserve('nb-pay', 'inf', scope => 'nb');
 DELETE FROM idem_keys WHERE scope = 'nb';
 
 -- Each reconciler call has a time limit, idempotency.reconciler_timeout:
@@ -374,7 +423,8 @@ DELETE FROM idem_keys WHERE scope = 'nb';
 -- record stays stuck.  Only a superuser sets it (per database with ALTER
 -- DATABASE ... SET, which the worker reads)
 CREATE FUNCTION nb_slow(r idem_keys) RETURNS void LANGUAGE sql
-	AS 'SELECT pg_catalog.pg_sleep(30)';
+	AS $$SELECT pg_catalog.pg_sleep(30)
+		WHERE pg_catalog.current_setting('mt.session', true) = 'test'$$;
 SELECT idem_set_reconciler('nb-slow', 'nb_slow(idem_keys)');
 SELECT outcome FROM idem_reserve('nb-slow', 's1', scope => 'nb');
 UPDATE idem_keys SET status = 'stuck' WHERE scope = 'nb';
@@ -400,14 +450,17 @@ SELECT count(*) FROM (
   SELECT idem_reserve('nb-pay', k, scope => 'nb')
   FROM (VALUES ('x1'), ('x2')) v(k)) s;
 SELECT idem_complete('nb-pay', k, scope => 'nb') FROM (VALUES ('x1'), ('x2')) v(k);
-UPDATE idem_keys SET expires_at = '2000-01-01' WHERE scope = 'nb';
+UPDATE idem_keys SET expires_at = '2100-01-01' WHERE scope = 'nb';
 \set VERBOSITY terse
 CREATE UNIQUE INDEX CONCURRENTLY nb_expires_idx ON idem_keys (expires_at);
 \set VERBOSITY default
 SELECT indisvalid FROM pg_index WHERE indexrelid = 'nb_expires_idx'::regclass;
+BEGIN;
+UPDATE idem_keys SET expires_at = '2000-01-01' WHERE scope = 'nb';
 DROP INDEX idem_keys_expires_at_idx;
 SELECT idem_sweep();
 SELECT count(*) FROM idem_keys WHERE scope = 'nb';
+COMMIT;
 DROP INDEX nb_expires_idx;
 CREATE INDEX idem_keys_expires_at_idx ON idem_keys (expires_at);
 -- ... and stuck detection only a valid one on (created_at) WHERE status =
@@ -415,12 +468,13 @@ CREATE INDEX idem_keys_expires_at_idx ON idem_keys (expires_at);
 SELECT count(*) FROM (
   SELECT idem_reserve('nb-pay', k, scope => 'nb')
   FROM (VALUES ('y1'), ('y2')) v(k)) s;
-UPDATE idem_keys SET created_at = '2001-01-01', updated_at = '2001-01-01' WHERE scope = 'nb';
+UPDATE idem_keys SET created_at = '2001-01-01' WHERE scope = 'nb';
 \set VERBOSITY terse
 CREATE UNIQUE INDEX CONCURRENTLY nb_processing_idx ON idem_keys (created_at)
 	WHERE status = 'processing';
 \set VERBOSITY default
 BEGIN;
+UPDATE idem_keys SET updated_at = '2001-01-01' WHERE scope = 'nb';
 DROP INDEX idem_keys_processing_idx;
 SELECT idem_flag_stuck();
 ROLLBACK;
@@ -442,3 +496,4 @@ REVOKE ALL ON idem_reconcilers FROM regress_idem_reconciler;
 REVOKE ALL ON FUNCTION idem_set_reconciler(text, regprocedure) FROM regress_idem_reconciler;
 REVOKE ALL ON SCHEMA public FROM regress_idem_reconciler;
 DROP ROLE regress_idem_reconciler;
+ALTER DATABASE :"db" RESET idempotency.processing_timeout;
