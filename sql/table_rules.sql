@@ -33,17 +33,23 @@ SELECT pg_temp.try($q$SELECT idem_checkpoint('rules', 'k1', 'teapot')$q$);
 SELECT status, response_status, recovery_point FROM idem_lookup('rules', 'k1');
 ALTER TABLE idem_keys DROP CONSTRAINT rules_no_teapot;
 SELECT idem_complete('rules', 'k1', '{}', 201);
+-- (expired in a transaction that deletes it, so that the server's worker,
+-- if it runs, never sweeps it first)
+BEGIN;
 UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE operation = 'rules';
 ALTER TABLE idem_keys ADD CONSTRAINT rules_no_renewal CHECK (ttl IS DISTINCT FROM '7 days');
 SELECT pg_temp.try($q$SELECT outcome FROM idem_reserve('rules', 'k1', ttl => '7 days')$q$);
 SELECT status, response_status, ttl FROM idem_keys WHERE operation = 'rules';
 ALTER TABLE idem_keys DROP CONSTRAINT rules_no_renewal;
+DELETE FROM idem_keys WHERE operation = 'rules';
+COMMIT;
 -- ... and on the maintenance writes: a record the CHECK keeps from being
 -- flagged stays processing, with a WARNING naming its key and the CHECK
 -- that an UPDATE statement would fail; the flag goes on with the others
+-- (the CHECK first: the worker, if it runs, cannot flag it either)
+ALTER TABLE idem_keys ADD CONSTRAINT rules_never_stuck CHECK (status <> 'stuck' OR operation <> 'rules');
 SELECT outcome FROM idem_reserve('rules', 'k2');
 UPDATE idem_keys SET updated_at = now() - interval '1 hour' WHERE operation = 'rules' AND key = 'k2';
-ALTER TABLE idem_keys ADD CONSTRAINT rules_never_stuck CHECK (status <> 'stuck' OR operation <> 'rules');
 SELECT pg_temp.try($q$SELECT idem_flag_stuck()$q$);
 SELECT key, status FROM idem_keys WHERE operation = 'rules' ORDER BY key;
 ALTER TABLE idem_keys DROP CONSTRAINT rules_never_stuck;
