@@ -129,8 +129,11 @@ SELECT outcome FROM idem_reserve('tiny', 'late-commit');
 SET idempotency.default_ttl = '7d';
 SELECT outcome, date_trunc('second', expires_at - now()) AS ttl FROM idem_reserve('tiny', 't2');
 RESET idempotency.default_ttl;
-SHOW idempotency.default_ttl;
-SHOW idempotency.processing_timeout;
+-- back to the server's value; the defaults (the server's own values are
+-- its operator's)
+SELECT name, setting = reset_val AS server_value, boot_val, unit FROM pg_settings
+WHERE name IN ('idempotency.default_ttl', 'idempotency.processing_timeout')
+ORDER BY name;
 
 -- Errors for finishing keys
 SELECT idem_complete('create-payment', 'nope', '{}');

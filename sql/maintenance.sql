@@ -44,10 +44,12 @@ SET mt.session = 'test';
 -- Settle what earlier tests left behind, so that the counts below are ours
 SELECT idem_sweep() >= 0 AS swept, idem_flag_stuck() >= 0 AS flagged;
 
--- The settings the SQL functions share with the worker
-SHOW idempotency.sweep_interval;
-SHOW idempotency.sweep_batch_size;
-SHOW idempotency.max_workers;
+-- The settings the SQL functions share with the worker, and their
+-- defaults (this server's own values are its operator's)
+SELECT name, boot_val, unit, context FROM pg_settings
+WHERE name IN ('idempotency.sweep_interval', 'idempotency.sweep_batch_size',
+			   'idempotency.max_workers')
+ORDER BY name;
 -- They are server settings: a session cannot change them
 SET idempotency.sweep_batch_size = 5;
 
@@ -385,7 +387,12 @@ SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
 -- The worker's pass from SQL goes on too: 'bad' stays, 'd' is flagged
 SELECT outcome FROM idem_reserve('nb-pay', 'd', scope => 'nb');
 UPDATE idem_keys SET updated_at = now() - interval '10 minutes' WHERE scope = 'nb' AND key = 'd';
+-- (in a transaction block, which it does not commit, with the records
+-- locked first: the worker skips them meanwhile)
+BEGIN;
+SELECT count(*) AS locked FROM (SELECT FROM idem_keys WHERE scope = 'nb' FOR UPDATE) s;
 CALL idem_maintain();
+COMMIT;
 SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
 BEGIN;
 DROP TRIGGER nb_refuse ON idem_keys;
@@ -428,7 +435,7 @@ CREATE FUNCTION nb_slow(r idem_keys) RETURNS void LANGUAGE sql
 SELECT idem_set_reconciler('nb-slow', 'nb_slow(idem_keys)');
 SELECT outcome FROM idem_reserve('nb-slow', 's1', scope => 'nb');
 UPDATE idem_keys SET status = 'stuck' WHERE scope = 'nb';
-SHOW idempotency.reconciler_timeout;
+SELECT boot_val, unit, context FROM pg_settings WHERE name = 'idempotency.reconciler_timeout';
 SET idempotency.reconciler_timeout = '200ms';
 SELECT clock_timestamp() AS before_reconcile \gset
 SELECT idem_reconcile();

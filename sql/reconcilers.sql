@@ -3,10 +3,19 @@
 -- Each checks that what the attacker wanted did not happen (no SUPERUSER,
 -- no row copied), and that the backend survived (the next query answers).
 \pset null '(null)'
+-- The server's worker may be running and call the reconcilers registered
+-- here between two statements: those that settle a record return at once
+-- outside this session (rc.session, set again after each \c), and
+-- idem_reconcile and idem_maintain run here with the stuck records locked
+-- (rc_locked; idem_maintain in a transaction block, which it does not
+-- commit), so that every record is settled by this session's calls and
+-- every count printed is this session's.
+--
 -- As a superuser of its own, not the bootstrap superuser, whose name
 -- (postgres, or any other) the output would show; again after each \c
 CREATE ROLE regress_rc_super SUPERUSER;
 SET SESSION AUTHORIZATION regress_rc_super;
+SET rc.session = 'on';
 
 -- A stuck record of operation rc-pay in scope rc
 CREATE FUNCTION rc_stuck(k text) RETURNS void LANGUAGE plpgsql AS $$
@@ -16,6 +25,15 @@ BEGIN
 	PERFORM public.idem_checkpoint('rc-pay', k, NULL, scope => 'rc');
 	UPDATE public.idem_keys SET status = 'stuck' WHERE scope = 'rc' AND key = k;
 END $$;
+-- The stuck records locked by the calling transaction, so that the worker
+-- (which skips a record another transaction locks) leaves them to this
+-- session's idem_reconcile: SELECT idem_reconcile() FROM rc_locked()
+CREATE FUNCTION rc_locked() RETURNS void LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog AS $$
+BEGIN
+	PERFORM FROM public.idem_keys WHERE scope = 'rc' FOR UPDATE;
+END $$;
+GRANT EXECUTE ON FUNCTION rc_locked() TO PUBLIC;
 CREATE FUNCTION rc_status(k text) RETURNS text LANGUAGE sql AS $$
 	SELECT coalesce((SELECT status FROM public.idem_keys WHERE scope = 'rc' AND key = k), 'released')
 $$;
@@ -26,6 +44,7 @@ GRANT INSERT ON rc_calls TO PUBLIC;
 -- careless one would: it releases the record
 CREATE FUNCTION rc_release(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+	IF pg_catalog.current_setting('rc.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	INSERT INTO public.rc_calls VALUES (r.key, current_user, current_setting('search_path'));
 	PERFORM idem_release(r.operation, r.key, r.scope);
 END $$;
@@ -88,24 +107,27 @@ SET session_replication_role = replica AS $$
 $$;
 SELECT rc_stuck('h1');
 SELECT rc_force_handler('pg_catalog.array_typanalyze(internal)');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT rc_force_handler('pg_catalog.int4recv(internal)');
+BEGIN;
+SELECT FROM rc_locked();
 CALL idem_maintain();
+COMMIT;
 SELECT rc_force_handler('public.rc_jsonb(jsonb)');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT rc_force_handler('public.rc_proc(public.idem_keys)');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 -- A row naming no function at all: PostgreSQL 15's to_regprocedure raises on
 -- bad syntax, and the reconciler counts as failed; from 16 on it answers NULL,
 -- and the row is skipped as naming no function (reconcilers_1.out)
 SELECT rc_force_handler('-');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT rc_force_handler('no such (syntax');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 -- Many stuck records of one operation: one WARNING per pass, not one each
 SELECT rc_stuck('h2'), rc_stuck('h3');
 SELECT rc_force_handler('pg_catalog.int4recv(internal)');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT count(*) AS calls FROM rc_calls;
 SELECT rc_status('h1') AS h1, rc_status('h2') AS h2, rc_status('h3') AS h3;
 
@@ -117,13 +139,14 @@ SELECT idem_set_reconciler('rc-pay', 'rc_gone(idem_keys)');
 RESET ROLE;
 DROP FUNCTION rc_gone(idem_keys);
 SELECT handler FROM idem_reconcilers;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 CREATE FUNCTION rc_gone(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+	IF pg_catalog.current_setting('rc.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	PERFORM public.idem_release(r.operation, r.key, r.scope);
 END $$;
 GRANT EXECUTE ON FUNCTION rc_gone(idem_keys) TO regress_rc_admin;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT rc_status('h1') AS h1, rc_status('h2') AS h2, rc_status('h3') AS h3;
 SELECT 1 AS alive;
 
@@ -146,52 +169,66 @@ RESET ROLE;
 SELECT rc_stuck('p1');
 SET ROLE regress_rc_maint;
 SET search_path = regress_rc_evil, public;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
+BEGIN;
+SELECT FROM rc_locked();
 CALL idem_maintain();
+COMMIT;
 RESET search_path;
 RESET ROLE;
 SELECT rc_stuck('p2');
 SET ROLE regress_rc_maint;
 SET search_path = regress_rc_evil, public;
+BEGIN;
+SELECT FROM rc_locked();
 CALL idem_maintain();
+COMMIT;
 RESET search_path;
 RESET ROLE;
 -- ... a superuser's own session
 SELECT rc_stuck('p3');
 SET search_path = regress_rc_evil, public;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 RESET search_path;
 -- ... the database's setting, in a new session
 ALTER DATABASE :"DBNAME" SET search_path = regress_rc_evil, public;
 SELECT rc_stuck('p4'), rc_stuck('p5');
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
+SET rc.session = 'on';
 SHOW search_path;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
+SET rc.session = 'on';
 SELECT rc_stuck('p6');
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
+SET rc.session = 'on';
+BEGIN;
+SELECT FROM rc_locked();
 CALL idem_maintain();
+COMMIT;
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
+SET rc.session = 'on';
 ALTER DATABASE :"DBNAME" RESET search_path;
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
+SET rc.session = 'on';
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_maint';
 SELECT key, who, path FROM rc_calls WHERE key LIKE 'p%' ORDER BY key;
 SELECT count(*) AS still_stuck FROM idem_keys WHERE scope = 'rc' AND key LIKE 'p%';
 -- A reconciler that sets its own search_path keeps it
 ALTER FUNCTION rc_release(idem_keys) SET search_path = public;
 SELECT rc_stuck('p7');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 ALTER FUNCTION rc_release(idem_keys) RESET search_path;
 SELECT key, who, path FROM rc_calls WHERE key = 'p7';
 -- The caller's settings are back after the pass
 SET search_path = public, regress_rc_evil;
 SELECT rc_stuck('p8');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SHOW search_path;
 RESET search_path;
 
@@ -200,6 +237,7 @@ RESET search_path;
 -- temporary objects only runs reconcilers of roles it may act as
 CREATE FUNCTION rc_ledger_check(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+	IF pg_catalog.current_setting('rc.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	PERFORM * FROM rc_ledger;		-- meant: a table on the registrar's path
 	PERFORM public.idem_release(r.operation, r.key, r.scope);
 END $$;
@@ -214,14 +252,18 @@ CREATE TEMP VIEW rc_ledger AS SELECT regress_rc_evil.escalate();
 RESET ROLE;
 SELECT rc_stuck('t1');
 SET ROLE regress_rc_maint;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
+BEGIN;
+SELECT FROM rc_locked();
 CALL idem_maintain();
+COMMIT;
 RESET ROLE;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_maint';
 SELECT rc_status('t1') AS t1;
 DELETE FROM idem_keys WHERE scope = 'rc';
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
+SET rc.session = 'on';
 
 --
 -- 3. Rights revoked after registration: the registrar, and the owner of
@@ -246,6 +288,7 @@ CREATE TABLE rc_loot (card text);
 GRANT INSERT ON rc_loot TO PUBLIC;
 CREATE FUNCTION rc_member_reconcile(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+	IF pg_catalog.current_setting('rc.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	INSERT INTO public.rc_calls VALUES (r.key, current_user, NULL);
 END $$;
 -- ... registered by hand to run as the role it is a member of
@@ -255,7 +298,7 @@ ON CONFLICT (operation) DO UPDATE SET handler = excluded.handler, run_as = exclu
 SELECT operation, handler, run_as, registered_by FROM idem_reconcilers;
 RESET ROLE;
 SELECT rc_stuck('m1');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT key, who FROM rc_calls WHERE key = 'm1';
 -- ... the member points it at a function it trusts the owner of but that
 -- releases payments' records, then loses the membership
@@ -263,7 +306,7 @@ SET ROLE regress_rc_member;
 UPDATE idem_reconcilers SET handler = 'public.rc_release(public.idem_keys)';
 RESET ROLE;
 REVOKE regress_rc_payments FROM regress_rc_member;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT rc_status('m1') AS m1;
 -- ... or, a member again, at its own function, whose body it replaces
 -- after losing the membership, to copy the secrets
@@ -275,11 +318,15 @@ REVOKE regress_rc_payments FROM regress_rc_member;
 SET ROLE regress_rc_member;
 CREATE OR REPLACE FUNCTION rc_member_reconcile(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+	IF pg_catalog.current_setting('rc.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	INSERT INTO public.rc_loot SELECT card FROM public.rc_secrets;
 END $$;
 RESET ROLE;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
+BEGIN;
+SELECT FROM rc_locked();
 CALL idem_maintain();
+COMMIT;
 SELECT count(*) AS cards_copied FROM rc_loot;
 -- ... registered through the API after SET ROLE: the registrar is the
 -- run-as role itself, but the function's owner loses the right to be it
@@ -290,7 +337,7 @@ SELECT idem_set_reconciler('rc-pay', 'rc_member_reconcile(idem_keys)');
 RESET ROLE;
 SELECT operation, handler, run_as, registered_by FROM idem_reconcilers;
 REVOKE regress_rc_payments FROM regress_rc_member;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT count(*) AS cards_copied FROM rc_loot;
 SELECT rc_status('m1') AS m1;
 
@@ -308,24 +355,24 @@ REVOKE ALL ON FUNCTION rc_release(idem_keys) FROM regress_rc_gone;
 DROP ROLE regress_rc_gone;
 SELECT run_as::oid = registered_by::oid AS same_dangling_role FROM idem_reconcilers;
 \set VERBOSITY terse
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 \set VERBOSITY default
 -- the registrar dropped since
 SET session_replication_role = replica;
 UPDATE idem_reconcilers SET run_as = 'regress_rc_payments', registered_by = 4000000000;
 RESET session_replication_role;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 -- NOT NULL dropped by the table's owner, and NULLs written
 ALTER TABLE idem_reconcilers ALTER COLUMN handler DROP NOT NULL,
 	ALTER COLUMN run_as DROP NOT NULL, ALTER COLUMN registered_by DROP NOT NULL;
 UPDATE idem_reconcilers SET handler = NULL;
 SELECT operation, handler, registered_by = current_user::regrole AS stamped FROM idem_reconcilers;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SET session_replication_role = replica;
 UPDATE idem_reconcilers SET handler = 'public.rc_release(public.idem_keys)', run_as = NULL,
 	registered_by = NULL;
 RESET session_replication_role;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 DELETE FROM idem_reconcilers;
 ALTER TABLE idem_reconcilers ALTER COLUMN handler SET NOT NULL,
 	ALTER COLUMN run_as SET NOT NULL, ALTER COLUMN registered_by SET NOT NULL;
@@ -394,13 +441,14 @@ WHERE pronamespace = 'public'::regnamespace
 -- with a string literal as the response
 CREATE FUNCTION rc_complete_literal(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+	IF pg_catalog.current_setting('rc.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	PERFORM idem_complete(r.operation, r.key, '{"by": "reconciler"}', 200, NULL, r.scope);
 END $$;
 SELECT idem_set_reconciler('rc-pay', 'rc_complete_literal(idem_keys)');
 SELECT rc_stuck('s1');
 -- ... CREATE granted to a role that may not become the superuser
 GRANT CREATE ON SCHEMA public TO regress_rc_maint;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 -- ... which plants an overload that a text literal matches better
 SET ROLE regress_rc_maint;
 CREATE FUNCTION public.idem_complete(operation text, key text, response text,
@@ -409,26 +457,29 @@ RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
 	ALTER ROLE regress_rc_maint SUPERUSER;
 END $$;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
+BEGIN;
+SELECT FROM rc_locked();
 CALL idem_maintain();
+COMMIT;
 RESET ROLE;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 -- ... and keeps it after CREATE is revoked
 REVOKE CREATE ON SCHEMA public FROM regress_rc_maint;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_maint';
 SELECT rc_status('s1') AS s1;
 DROP FUNCTION public.idem_complete(text, text, text, integer, text, text);
 -- ... CREATE granted to PUBLIC (a cluster upgraded from PostgreSQL 14)
 GRANT CREATE ON SCHEMA public TO PUBLIC;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 REVOKE CREATE ON SCHEMA public FROM PUBLIC;
 -- ... the schema's owner
 ALTER SCHEMA public OWNER TO regress_rc_maint;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 ALTER SCHEMA public OWNER TO pg_database_owner;
 -- ... none: it runs, and the extension's idem_complete is the one called
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT status, response FROM idem_keys WHERE scope = 'rc' AND key = 's1';
 -- A role's CREATE does not matter to reconcilers that run as that role
 GRANT CREATE ON SCHEMA public TO regress_rc_admin;
@@ -436,7 +487,7 @@ SET ROLE regress_rc_admin;
 SELECT idem_set_reconciler('rc-pay', 'rc_release(idem_keys)');
 RESET ROLE;
 SELECT rc_stuck('s2');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT rc_status('s2') AS s2;
 REVOKE CREATE ON SCHEMA public FROM regress_rc_admin;
 
@@ -484,6 +535,7 @@ RESET ROLE;
 -- A superuser's reconciler that completes the record
 CREATE FUNCTION rc_complete(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+	IF pg_catalog.current_setting('rc.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	PERFORM public.idem_complete(r.operation, r.key, '{"by": "reconciler"}', 200, NULL, r.scope);
 END $$;
 SELECT idem_set_reconciler('rc-pay', 'rc_complete(idem_keys)');
@@ -496,36 +548,36 @@ SET ROLE regress_rc_keys;
 CREATE TRIGGER rc_row_trigger BEFORE UPDATE ON idem_keys
 	FOR EACH ROW EXECUTE FUNCTION regress_rc_keys_code.escalate_trigger();
 RESET ROLE;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SET ROLE regress_rc_keys;
 DROP TRIGGER rc_row_trigger ON idem_keys;
 CREATE TRIGGER rc_statement_trigger AFTER UPDATE OR DELETE ON idem_keys
 	FOR EACH STATEMENT EXECUTE FUNCTION regress_rc_keys_code.escalate_trigger();
 RESET ROLE;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SET ROLE regress_rc_keys;
 DROP TRIGGER rc_statement_trigger ON idem_keys;
 CREATE CONSTRAINT TRIGGER rc_deferred_trigger AFTER UPDATE ON idem_keys
 	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION regress_rc_keys_code.escalate_trigger();
 RESET ROLE;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SET ROLE regress_rc_keys;
 DROP TRIGGER rc_deferred_trigger ON idem_keys;
 CREATE RULE rc_rule AS ON UPDATE TO idem_keys DO ALSO SELECT regress_rc_keys_code.escalate('rule');
 RESET ROLE;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SET ROLE regress_rc_keys;
 DROP RULE rc_rule ON idem_keys;
 ALTER TABLE idem_keys ADD CONSTRAINT rc_check CHECK (regress_rc_keys_code.escalate('check'));
 RESET ROLE;
 DELETE FROM rc_attached;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SET ROLE regress_rc_keys;
 ALTER TABLE idem_keys DROP CONSTRAINT rc_check;
 ALTER TABLE idem_keys ENABLE ROW LEVEL SECURITY;
 CREATE POLICY rc_policy ON idem_keys USING (regress_rc_keys_code.escalate('policy'));
 RESET ROLE;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 GRANT CREATE ON SCHEMA public TO regress_rc_keys;
 SET ROLE regress_rc_keys;
 DROP POLICY rc_policy ON idem_keys;
@@ -534,7 +586,7 @@ CREATE INDEX rc_expression_idx ON idem_keys (regress_rc_keys_code.escalate_immut
 RESET ROLE;
 REVOKE CREATE ON SCHEMA public FROM regress_rc_keys;
 DELETE FROM rc_attached;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SET ROLE regress_rc_keys;
 DROP INDEX rc_expression_idx;
 RESET ROLE;
@@ -544,7 +596,7 @@ CREATE INDEX rc_partial_idx ON idem_keys (key) WHERE regress_rc_keys_code.escala
 RESET ROLE;
 REVOKE CREATE ON SCHEMA public FROM regress_rc_keys;
 DELETE FROM rc_attached;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SET ROLE regress_rc_keys;
 DROP INDEX rc_partial_idx;
 -- (a column added by the owner, generated or with a default, makes every
@@ -552,7 +604,7 @@ DROP INDEX rc_partial_idx;
 ALTER TABLE idem_keys ALTER COLUMN resource_id
 	SET DEFAULT CASE WHEN regress_rc_keys_code.escalate('default') THEN NULL END;
 RESET ROLE;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SET ROLE regress_rc_keys;
 ALTER TABLE idem_keys ALTER COLUMN resource_id DROP DEFAULT;
 RESET ROLE;
@@ -564,20 +616,20 @@ SELECT rc_status('a1') AS a1;
 -- With a superuser owner, the roles that may attach code count too: a role
 -- granted TRIGGER, and the owner of a function that attached code calls
 GRANT TRIGGER ON idem_keys TO regress_rc_keys;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 REVOKE TRIGGER ON idem_keys FROM regress_rc_keys;
 CREATE TRIGGER rc_foreign_function BEFORE UPDATE ON idem_keys
 	FOR EACH ROW EXECUTE FUNCTION regress_rc_keys_code.escalate_trigger();
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 DROP TRIGGER rc_foreign_function ON idem_keys;
 ALTER TABLE idem_keys ADD CONSTRAINT rc_check CHECK (regress_rc_keys_code.escalate('check')) NOT VALID;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 ALTER TABLE idem_keys DROP CONSTRAINT rc_check;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_keys';
 SELECT kind, who, super FROM rc_attached WHERE super;
 SELECT rc_status('a1') AS a1;
 -- ... and once nobody else controls any of it, the reconciler runs
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT rc_status('a1') AS a1;
 
 -- The reconciler's own SET search_path is on its effective path too: an
@@ -586,6 +638,7 @@ CREATE SCHEMA regress_rc_planted AUTHORIZATION regress_rc_keys;
 CREATE FUNCTION rc_complete_own_path(r idem_keys) RETURNS void LANGUAGE plpgsql
 SET search_path = regress_rc_planted, public, pg_catalog AS $$
 BEGIN
+	IF pg_catalog.current_setting('rc.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	PERFORM public.idem_complete(r.operation, r.key,
 		jsonb_build_object('payment_id', 42::bigint, 'status', 'paid'::text), 200, NULL, r.scope);
 END $$;
@@ -599,25 +652,25 @@ END $$;
 RESET ROLE;
 SELECT idem_set_reconciler('rc-pay', 'rc_complete_own_path(idem_keys)');
 SELECT rc_stuck('a2');
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 -- ... or one that the role only may create in, or planted before
 ALTER SCHEMA regress_rc_planted OWNER TO CURRENT_USER;
 GRANT CREATE ON SCHEMA regress_rc_planted TO regress_rc_keys;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 REVOKE CREATE ON SCHEMA regress_rc_planted FROM regress_rc_keys;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 DROP FUNCTION regress_rc_planted.jsonb_build_object(text, bigint, text, text);
 -- ... or a schema of the path that does not exist yet, which a role with
 -- CREATE on the database could create ("$user" is the run-as role's name)
 ALTER FUNCTION rc_complete_own_path(idem_keys) SET search_path = "$user", public, pg_catalog;
 GRANT CREATE ON DATABASE :"DBNAME" TO regress_rc_keys;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 REVOKE CREATE ON DATABASE :"DBNAME" FROM regress_rc_keys;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_keys';
 SELECT kind, who, super FROM rc_attached WHERE super;
 SELECT rc_status('a2') AS a2;
 -- ... none: it runs, with pg_catalog's jsonb_build_object
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM rc_locked();
 SELECT status, response FROM idem_keys WHERE scope = 'rc' AND key = 'a2';
 DROP SCHEMA regress_rc_planted;
 DROP SCHEMA regress_rc_keys_code CASCADE;
@@ -629,7 +682,7 @@ SELECT idem_set_reconciler('rc-pay', NULL);
 DELETE FROM idem_keys WHERE scope = 'rc';
 DROP OWNED BY regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_rc_member, regress_rc_keys;
 DROP ROLE regress_rc_admin, regress_rc_maint, regress_rc_payments, regress_rc_member, regress_rc_keys;
-DROP FUNCTION rc_stuck(text), rc_status(text), rc_release(idem_keys), rc_jsonb(jsonb),
+DROP FUNCTION rc_locked(), rc_stuck(text), rc_status(text), rc_release(idem_keys), rc_jsonb(jsonb),
 	rc_complete_literal(idem_keys),
 	rc_gone(idem_keys), rc_ledger_check(idem_keys), rc_call_as_owner(regprocedure),
 	rc_try_call(regprocedure), rc_force_handler(text);
