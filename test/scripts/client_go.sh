@@ -14,5 +14,4 @@ hc_start go
 hc_contract
 hc_stop
 hc_read_only
-hc_shallow_stack
 ex_finish

@@ -12,5 +12,4 @@ hc_start python
 hc_contract
 hc_stop
 hc_read_only
-hc_shallow_stack
 ex_finish
