@@ -5,14 +5,15 @@
  *	  "Citus"), so that a Citus release that changes what we rely on
  *	  breaks this file with a clean ERROR, never a crash elsewhere.
  *
- * What we rely on, all of it public SQL of Citus: the catalogs
- * pg_dist_partition, pg_dist_shard, pg_dist_placement and
- * pg_dist_local_group; the functions get_shard_id_for_distribution_column,
- * shard_name(regclass, bigint, boolean) and lock_shard_metadata.  No C
- * symbol of Citus is called.  The Citus version is checked once per change
- * of pg_extension: releases before IDEM_CITUS_MIN_MAJOR lack some of the
- * above, and releases after IDEM_CITUS_MAX_MAJOR are untested, so both are
- * an ERROR 0A000 when a call would use Citus.
+ * What we rely on: public SQL of Citus (the catalogs pg_dist_partition,
+ * pg_dist_shard, pg_dist_placement and pg_dist_local_group; the functions
+ * get_shard_id_for_distribution_column, shard_name(regclass, bigint,
+ * boolean) and lock_shard_metadata), and three C functions of Citus's
+ * transaction manager, the ones its own local COPY into a shard calls
+ * (IdemCitusLocalWrite, below).  The Citus version is checked once per
+ * change of pg_extension: releases before IDEM_CITUS_MIN_MAJOR lack some of
+ * the above, and releases after IDEM_CITUS_MAX_MAJOR are untested, so both
+ * are an ERROR 0A000 when a call would use Citus.
  *
  * The one supported mode: idem_keys distributed by hash of scope
  * (idem_distribute).  A scope's records live in its shard, a plain table
@@ -21,11 +22,38 @@
  * (ShareLock; a shard move or split holds it exclusively while it copies,
  * so no record is written behind the copy).
  *
- * Caches: whether Citus is installed (until pg_extension changes) and
- * whether idem_keys is distributed (until its relcache entry is
- * invalidated, which Citus does whenever it changes its metadata).  Each is
- * marked before its query runs, so that an invalidation that arrives while
- * the query runs leaves nothing cached.
+ * A write into a local shard is a write Citus's executor did not make, so
+ * Citus's transaction manager would not count it: a transaction that also
+ * wrote one other node would commit that node's part with one-phase commit,
+ * before the local commit, and a crash between the two would keep one and
+ * lose the other.  So before each such write (and before a reservation is
+ * held to be written later, held.c) IdemCitusLocalWrite tells Citus what
+ * its own local execution and its local COPY into a shard tell it
+ * (executor/local_executor.c, commands/local_multi_copy.c and
+ * multi_copy.c): the transaction must keep to local execution on this node
+ * (SetLocalExecutionStatus(LOCAL_EXECUTION_REQUIRED), so that a later
+ * statement reads the record here rather than over a connection that would
+ * not see it), and it commits with two-phase commit whenever it wrote
+ * another node (Use2PCForCoordinatedTransaction): Citus then prepares
+ * every other node's part, records the commit here, commits here, and its
+ * recovery finishes or rolls back what a crash left prepared.  Citus has
+ * no SQL function for either.  A transaction that already reached this
+ * node's shards through a connection of Citus's (LOCAL_EXECUTION_DISABLED)
+ * could not see our write there, and is refused, as Citus refuses a local
+ * execution after it.
+ *
+ * Which relations are shards of the extension's idem_keys on this node
+ * (IdemCitusIsLocalShard, for records.c): Citus's metadata says so, read
+ * with the latest snapshot, never the relation's name.
+ *
+ * Caches: whether Citus is installed (until pg_extension changes),
+ * whether idem_keys is distributed, and which relations are its shards on
+ * this node (until the relcache entry of idem_keys, or of one of those
+ * shards, is invalidated: Citus invalidates that of the distributed table
+ * whenever it changes its metadata), and the addresses of Citus's C
+ * functions (for the session: the library is preloaded).  Each is marked
+ * before its query runs, so that an invalidation that arrives while the
+ * query runs leaves nothing cached.
  *
  * Locks taken here: the shard's metadata lock (ShareLock, through
  * lock_shard_metadata, run as the owner of the distributed table as Citus
@@ -39,7 +67,10 @@
 #include "access/table.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_class.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
@@ -68,11 +99,37 @@ static bool distribution_valid = false;
 static bool distribution_distributed = false;
 static uint64 distribution_generation = 0;
 
+/* The shards of the extension's idem_keys on this node (IdemCitusIsLocalShard) */
+static Oid	shards_of = InvalidOid;	/* that idem_keys */
+static List *shards_local = NIL;	/* their relations, in TopMemoryContext */
+static bool shards_valid = false;
+static uint64 shards_generation = 0;
+
 static bool callbacks_registered = false;
 
 /* The prepared statements of this file, kept for the session */
 static SPIPlanPtr shard_plan = NULL;
 static SPIPlanPtr lock_plan = NULL;
+static SPIPlanPtr shards_plan = NULL;
+
+/*
+ * Citus's LocalExecutionStatus (distributed/local_executor.h, the same from
+ * Citus 12.0 to 13.2), and its functions that IdemCitusLocalWrite calls
+ */
+typedef enum CitusLocalExecutionStatus
+{
+	CITUS_LOCAL_EXECUTION_REQUIRED,
+	CITUS_LOCAL_EXECUTION_OPTIONAL,
+	CITUS_LOCAL_EXECUTION_DISABLED
+} CitusLocalExecutionStatus;
+
+typedef CitusLocalExecutionStatus (*GetLocalExecutionStatusFn) (void);
+typedef void (*SetLocalExecutionStatusFn) (CitusLocalExecutionStatus status);
+typedef void (*Use2PCFn) (void);
+
+static GetLocalExecutionStatusFn citus_get_local_execution_status = NULL;
+static SetLocalExecutionStatusFn citus_set_local_execution_status = NULL;
+static Use2PCFn citus_use_2pc = NULL;
 
 /* Syscache callback: pg_extension changed, Citus may have come or gone */
 static void
@@ -80,6 +137,8 @@ ExtensionInvalidate(Datum arg, int cacheid, uint32 hashvalue)
 {
 	extension_generation++;
 	citus_known = false;
+	shards_generation++;
+	shards_valid = false;
 }
 
 /* Relcache callback: the distributed state of idem_keys may have changed */
@@ -90,6 +149,11 @@ DistributionInvalidate(Datum arg, Oid relid)
 	{
 		distribution_generation++;
 		distribution_valid = false;
+	}
+	if (relid == InvalidOid || relid == shards_of || list_member_oid(shards_local, relid))
+	{
+		shards_generation++;
+		shards_valid = false;
 	}
 }
 
@@ -362,12 +426,11 @@ IdemCitusLocalShard(Relation rel, text *scope, LOCKMODE lockmode)
 
 /*
  * The shards of the distributed relid that this node holds, in shard
- * order, allocated in the caller's memory context (NIL on a coordinator
- * without shards).  Each is opened later with IdemRecordsTryOpenRelation,
- * which sees one dropped since.
+ * order, in the caller's memory context, as snapshot sees the metadata
+ * (InvalidSnapshot: the transaction's)
  */
-List *
-IdemCitusLocalShards(Oid relid)
+static List *
+LocalShardsOf(Oid relid, Snapshot snapshot)
 {
 	Datum		values[1] = {ObjectIdGetDatum(relid)};
 	Oid			types[1] = {REGCLASSOID};
@@ -377,15 +440,17 @@ IdemCitusLocalShards(Oid relid)
 	int			rc;
 
 	Connect();
-	rc = SPI_execute_with_args("SELECT pg_catalog.to_regclass(pg_catalog.shard_name($1, s.shardid, false))::pg_catalog.oid"
-							   " FROM pg_catalog.pg_dist_shard s JOIN pg_catalog.pg_dist_placement p"
-							   " ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
-							   " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
-							   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)"
-							   " ORDER BY s.shardid",
-							   1, types, values, NULL, true, 0);
+	rc = SPI_execute_snapshot(KeepPlan(&shards_plan,
+									   "SELECT pg_catalog.to_regclass(pg_catalog.shard_name($1, s.shardid, false))::pg_catalog.oid"
+									   " FROM pg_catalog.pg_dist_shard s JOIN pg_catalog.pg_dist_placement p"
+									   " ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
+									   " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
+									   " AND p.groupid OPERATOR(pg_catalog.=) (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)"
+									   " ORDER BY s.shardid",
+									   1, types),
+							  values, NULL, snapshot, InvalidSnapshot, true, false, 0);
 	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "SPI_execute_with_args failed: %s", SPI_result_code_string(rc));
+		elog(ERROR, "SPI_execute_snapshot failed: %s", SPI_result_code_string(rc));
 	for (i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -402,4 +467,107 @@ IdemCitusLocalShards(Oid relid)
 	}
 	SPI_finish();
 	return result;
+}
+
+/*
+ * The shards of the distributed relid that this node holds, in shard
+ * order, allocated in the caller's memory context (NIL on a coordinator
+ * without shards).  Each is opened later with IdemRecordsTryOpenRelation,
+ * which sees one dropped since.
+ */
+List *
+IdemCitusLocalShards(Oid relid)
+{
+	return LocalShardsOf(relid, InvalidSnapshot);
+}
+
+/*
+ * Is relid a shard, on this node, of the extension's own idem_keys (the
+ * member of the extension, distributed by Citus)?  Citus's metadata says,
+ * read with the latest snapshot: the placements of that idem_keys on this
+ * node, cached until an invalidation (see the file header).
+ */
+bool
+IdemCitusIsLocalShard(Oid relid)
+{
+	if (!IdemCitusInstalled())
+		return false;
+	RegisterCallbacks();
+	if (!shards_valid)
+	{
+		Oid			ext = get_extension_oid(IDEM_EXTENSION_NAME, true);
+		Oid			nspid;
+		Oid			keys = InvalidOid;
+		uint64		generation;
+		List	   *found = NIL;
+		List	   *old = shards_local;
+
+		if (IdemExtensionVersion(IDEM_EXTENSION_NAME, &nspid) != NULL)
+			keys = get_relname_relid("idem_keys", nspid);
+		if (OidIsValid(keys) && getExtensionOfObject(RelationRelationId, keys) != ext)
+			keys = InvalidOid;
+
+		/* record the table first, so that the callback sees it meanwhile */
+		shards_of = keys;
+		shards_local = NIL;
+		list_free(old);
+		generation = shards_generation;
+		if (OidIsValid(keys))
+		{
+			MemoryContext oldcxt = MemoryContextSwitchTo(TopMemoryContext);
+
+			PushActiveSnapshot(GetLatestSnapshot());
+			found = LocalShardsOf(keys, GetActiveSnapshot());
+			PopActiveSnapshot();
+			MemoryContextSwitchTo(oldcxt);
+		}
+		shards_local = found;
+		shards_valid = generation == shards_generation;
+	}
+	return list_member_oid(shards_local, relid);
+}
+
+/* A C function of Citus, by name, or an ERROR when this Citus lacks it */
+static void *
+CitusFunction(const char *name)
+{
+	void	   *f = load_external_function("citus", name, false, NULL);
+
+	if (f == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("Citus has no function \"%s\"", name),
+				 errdetail("Extension \"%s\" calls it to have Citus commit a transaction that writes a shard on this node with its other nodes.",
+						   IDEM_EXTENSION_NAME),
+				 errhint("Install a release of the extension that supports this Citus version.")));
+	return f;
+}
+
+/*
+ * Before a write into shard, a local shard of idem_keys: tell Citus's
+ * transaction manager that this transaction writes on this node, so that
+ * it keeps to local execution here and commits with two-phase commit
+ * whenever it wrote another node too (see the file header).  Cheap: two
+ * assignments in Citus, after the first call's look-up.
+ */
+void
+IdemCitusLocalWrite(Relation shard)
+{
+	if (citus_use_2pc == NULL)
+	{
+		citus_get_local_execution_status = (GetLocalExecutionStatusFn)
+			CitusFunction("GetCurrentLocalExecutionStatus");
+		citus_set_local_execution_status = (SetLocalExecutionStatusFn)
+			CitusFunction("SetLocalExecutionStatus");
+		citus_use_2pc = (Use2PCFn) CitusFunction("Use2PCForCoordinatedTransaction");
+	}
+	if (citus_get_local_execution_status() == CITUS_LOCAL_EXECUTION_DISABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("cannot write shard \"%s\" of table \"idem_keys\" after Citus reached this node through a connection in the same transaction",
+						RelationGetRelationName(shard)),
+				 errdetail("An earlier statement of this transaction ran on this node's shards over a connection of Citus's, which would not see the record."),
+				 errhint("Reserve the key before that statement, or run that statement with citus.enable_local_execution on.")));
+	citus_set_local_execution_status(CITUS_LOCAL_EXECUTION_REQUIRED);
+	citus_use_2pc();
 }

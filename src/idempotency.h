@@ -230,6 +230,8 @@ extern bool IdemCitusIsDistributed(Relation rel);
 pg_noreturn extern void IdemCitusReportUndistributed(Relation rel);
 extern Oid	IdemCitusLocalShard(Relation rel, text *scope, LOCKMODE lockmode);
 extern List *IdemCitusLocalShards(Oid relid);
+extern bool IdemCitusIsLocalShard(Oid relid);
+extern void IdemCitusLocalWrite(Relation shard);
 
 /*
  * reconcile.c: a reconciler as registered in idem_reconcilers, and the one

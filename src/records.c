@@ -32,9 +32,12 @@
  * Whether a table's writes run only the install script's rules, all of
  * them built-in code (OnlyOwnRules: its indexes and CHECK constraint
  * recognised by their definitions, never by their names), and whether it
- * is idem_keys itself, a member of the extension rather than a Citus
- * shard, is resolved with the layout: held.c holds a reservation only
- * there.
+ * is idem_keys itself, a member of the extension, or a shard of it on this
+ * node (by Citus's metadata, citus.c), is resolved with the layout: held.c
+ * holds a reservation only there.  Before every write into a shard (and a
+ * reservation held to be written later), Citus's transaction manager is
+ * told that the transaction writes on this node (IdemCitusLocalWrite), so
+ * that it commits the transaction's other nodes with two-phase commit.
  *
  * The writes: ExecSimpleRelationInsert/Update/Delete with a ResultRelInfo
  * and an EState of their own, as the logical apply worker writes, so CHECK
@@ -153,7 +156,8 @@ typedef struct IdemLayout
 	AttrNumber	attnum[IDEM_NUM_COLUMNS];
 	Oid			pkey;
 	bool		own_rules;		/* see OnlyOwnRules */
-	bool		member;			/* a member of the extension (not a shard) */
+	bool		member;			/* a member of the extension */
+	bool		shard;			/* a shard of it on this node (Citus) */
 } IdemLayout;
 
 static IdemLayout idem_layout;
@@ -669,10 +673,21 @@ ResolveLayout(Relation rel)
 	TupleDesc	desc = RelationGetDescr(rel);
 	AttrNumber	attnum[IDEM_NUM_COLUMNS] = {0};
 	Oid			pkey;
+	bool		member;
+	bool		shard;
 	int			i;
 	int			c;
 
 	RegisterRelcacheCallback();
+
+	/*
+	 * idem_keys itself, or a Citus shard of it (a member of no extension):
+	 * first, as the look-up in Citus's metadata runs queries, which may
+	 * accept invalidations of this very relation
+	 */
+	member = getExtensionOfObject(RelationRelationId, RelationGetRelid(rel)) ==
+		get_extension_oid(IDEM_EXTENSION_NAME, true);
+	shard = !member && IdemCitusIsLocalShard(RelationGetRelid(rel));
 
 	for (i = 0; i < desc->natts; i++)
 	{
@@ -708,9 +723,8 @@ ResolveLayout(Relation rel)
 	memcpy(idem_layout.attnum, attnum, sizeof(attnum));
 	idem_layout.pkey = pkey;
 	idem_layout.own_rules = OnlyOwnRules(rel, pkey, attnum);
-	/* idem_keys itself, not a Citus shard (a member of no extension) */
-	idem_layout.member = getExtensionOfObject(RelationRelationId, RelationGetRelid(rel)) ==
-		get_extension_oid(IDEM_EXTENSION_NAME, true);
+	idem_layout.member = member;
+	idem_layout.shard = shard;
 	idem_layout.relid = RelationGetRelid(rel);
 	idem_layout.valid = true;
 }
@@ -821,6 +835,7 @@ OpenLocked(Oid relid, LOCKMODE lockmode, IdemTable *table)
 	table->pkey = idem_layout.pkey;
 	table->own_rules = idem_layout.own_rules;
 	table->member = idem_layout.member;
+	table->shard = idem_layout.shard;
 }
 
 /* IdemRecordsTryOpen, with an ERROR when the table is not there */
@@ -859,6 +874,8 @@ IdemRecordsCheckWritable(IdemTable *table, AclMode mode, const char *function)
 {
 	PreventCommandIfReadOnly(function);
 	CheckPrivilege(table, mode);
+	if (table->shard)
+		IdemCitusLocalWrite(table->rel);
 }
 
 /* A whole row of table, as a composite datum, with the columns set in row */
@@ -1101,6 +1118,8 @@ IdemRecordsWriterBegin(IdemTable *table, AclMode modes, const char *function,
 		CheckPrivilege(table, ACL_UPDATE);
 	if (modes & ACL_DELETE)
 		CheckPrivilege(table, ACL_DELETE);
+	if (table->shard)
+		IdemCitusLocalWrite(rel);
 	if (table->lockmode < RowExclusiveLock)
 	{
 		/* Already locked: the table cannot have gone meanwhile */

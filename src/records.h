@@ -82,7 +82,9 @@ typedef struct IdemTable
 	bool		own_rules;		/* no rule of the owner's on its writes
 								 * (records.c, OnlyOwnRules) */
 	bool		member;			/* idem_keys itself, a member of the
-								 * extension (not a Citus shard) */
+								 * extension */
+	bool		shard;			/* a shard of it on this node, by Citus's
+								 * metadata (IdemCitusIsLocalShard) */
 } IdemTable;
 
 /* The executor state of the writes of one call */

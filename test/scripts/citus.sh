@@ -12,7 +12,13 @@
 #   - a shard move during a storm, then every key retried;
 #   - the background worker of each node sweeping and flagging its shards;
 #   - a node added after start-up (citus_add_node) maintained at once;
-#   - a shard dropped during a pass (as after a move): the node maintained.
+#   - a shard dropped during a pass (as after a move): the node maintained;
+#   - the starting node killed in its commit, after Citus committed or
+#     prepared the other nodes' part: a worker holding one of two scopes,
+#     idem_consume with its effect on the other worker, and a worker
+#     holding none; all or none of each, and one effect after the retry;
+#   - a transaction that reached a node's shards over a connection refused
+#     there, and which PREPARE TRANSACTIONs Citus refuses.
 # Effects are counted in the distributed table payments.  Skipped (exit 77)
 # where the server installation has no citus.so: Citus is not in Debian's
 # archive, build it from its source to run this.
@@ -289,6 +295,187 @@ echo "  $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 check "worker3: maintained within two sweep intervals (2 s each)" "$served" yes
 check "worker3: worker exits" \
 	"$(grep -cE 'background worker "idempotency.*exited with exit code' "$work/n3.log" || true)" 0
+
+# The first scope PREFIX1, PREFIX2, ... whose shard is on node N
+scope_on() {
+	q 0 -c "SELECT x.s FROM generate_series(1, 500) i, LATERAL (SELECT '$2' || i AS s) x
+		JOIN pg_dist_shard_placement p ON p.shardid = get_shard_id_for_distribution_column('idem_keys', x.s)
+		WHERE p.nodeport = ${ports[$1]} ORDER BY i LIMIT 1"
+}
+A=$(scope_on 1 a)
+B=$(scope_on 2 b)
+shardA=$(q 0 -c "SELECT shard_name('idem_keys', get_shard_id_for_distribution_column('idem_keys', '$A'))")
+
+echo "== atomic from every node: the starting node killed between the other nodes' commit and its own"
+# kill_between NODE NAME SQL: run the transaction SQL (which ends in
+# NOTIFY and COMMIT) on NODE and kill its backend in its commit, after
+# Citus committed or prepared the other nodes' parts and before its own
+# commit record: there PreCommit_Notify waits for the lock that a NOTIFY
+# of another session holds while its own commit waits for a standby that
+# never comes (synchronous_standby_names).  Then the node restarts and
+# Citus's recovery of two-phase commits runs on it.
+kill_between() {
+	local n=$1 app=$2 sql=$3 pid= holding=no holder client
+	q "$n" -c "ALTER SYSTEM SET synchronous_standby_names = 'nobody'" -c "SELECT pg_reload_conf()" >/dev/null
+	# (a new session has the setting once the postmaster has reloaded)
+	for _ in $(seq 1 100); do
+		[ "$(q "$n" -c "SHOW synchronous_standby_names")" = nobody ] && break
+		sleep 0.05
+	done
+	# (a commit waits for the standby only if its transaction wrote WAL)
+	PGAPPNAME=notify_holder q "$n" -c "BEGIN" -c "SELECT pg_logical_emit_message(true, 'idem_test', 'hold')" \
+		-c "NOTIFY idem_test_hold" -c "COMMIT" >/dev/null 2>&1 &
+	holder=$!
+	for _ in $(seq 1 100); do
+		if [ "$(q "$n" -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'notify_holder' AND wait_event = 'SyncRep'")" = 1 ]; then
+			holding=yes
+			break
+		fi
+		sleep 0.05
+	done
+	check "$app: the notify lock held" "$holding" yes
+	PGAPPNAME=$app q "$n" <<<"$sql" >"$work/$app.log" 2>&1 &
+	client=$!
+	for _ in $(seq 1 200); do
+		pid=$(q "$n" -c "SELECT pid FROM pg_stat_activity WHERE application_name = '$app' AND wait_event_type = 'Lock' AND wait_event = 'object'")
+		[ -n "$pid" ] && break
+		sleep 0.05
+	done
+	check "$app: killed in its commit, after the other nodes' part" "$([ -n "$pid" ] && echo yes || echo no)" yes
+	if [ -n "$pid" ]; then
+		kill -9 "$pid"
+	else
+		# let whatever waits go on
+		q "$n" -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
+	fi
+	wait "$client" || true
+	wait "$holder" || true
+	for _ in $(seq 1 100); do "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "${ports[$n]}" -d idem && break; sleep 0.2; done
+	for _ in $(seq 1 50); do q "$n" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.2; done
+	q "$n" -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
+	q "$n" -c "SELECT recover_prepared_transactions()" >/dev/null
+	check "$app: transactions left prepared on any node" \
+		"$(for m in 0 1 2 3; do q "$m" -c "SELECT count(*) FROM pg_prepared_xacts WHERE database = 'idem'"; done | awk '{ s += $1 } END { print s }')" 0
+}
+# all_or_none LABEL COUNTS...: each of the counts 0, or each 1
+all_or_none() {
+	local label=$1 state
+	shift
+	state="$*"
+	if [ -z "${state//[0 ]/}" ] || [ -z "${state//[1 ]/}" ]; then
+		check "$label: all or none ($state)" yes yes
+	else
+		check "$label: all or none ($state)" no yes
+	fi
+}
+
+# transfer OPERATION KEY PAYMENTS [notify]: reserve KEY in $A and in $B,
+# insert the payment of each scope named in PAYMENTS ("B", or "A B"),
+# complete both
+transfer() {
+	local op=$1 key=$2 pay=$3 s
+	echo "BEGIN;"
+	for s in A B; do
+		echo "SELECT (outcome = 'new') AS ${s}_new FROM idem_reserve('$op', '$key', NULL, '${!s}') \\gset"
+	done
+	for s in A B; do
+		echo "\\if :${s}_new"
+		if [[ " $pay " = *" $s "* ]]; then
+			echo "INSERT INTO payments VALUES ('${!s}', '$op-$key', 1);"
+		fi
+		echo "SELECT idem_complete('$op', '$key', NULL, 200, NULL, '${!s}');"
+		echo "\\endif"
+	done
+	if [ "${4:-}" = notify ]; then echo "NOTIFY idem_test;"; fi
+	echo "COMMIT;"
+}
+
+# From worker1, which holds $A: reserve in $A (here) and $B (worker2's,
+# delegated), the payment on worker2, complete both.  Scope $A writes only
+# its record: nothing of Citus's own writes on worker1, where an INSERT
+# through Citus would have Citus use two-phase commit by itself.
+kill_between 1 killed_worker1 "$(transfer atom t1 B notify)"
+all_or_none "worker1 holding $A, with $B on worker2: its record, $B's record, $B's payment" \
+	"$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'atom' AND key = 't1' AND scope = '$A'")" \
+	"$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'atom' AND key = 't1' AND scope = '$B'")" \
+	"$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'atom-t1'")"
+q 1 <<<"$(transfer atom t1 B)" >/dev/null
+check "worker1: after the retry, records completed/payments" \
+	"$(q 0 -c "SELECT count(*) FILTER (WHERE status = 'completed') FROM idem_keys WHERE operation = 'atom' AND key = 't1'")/$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'atom-t1'")" 2/1
+
+# idem_consume on the node of its scope, the effect on the other worker
+C=$(q 0 -c "SELECT nodeport FROM pg_dist_shard_placement WHERE shardid = get_shard_id_for_distribution_column('idem_keys', 'idem:consume')")
+nc=$([ "$C" = "${ports[1]}" ] && echo 1 || echo 2)
+other=$([ "$nc" = 1 ] && echo "$B" || echo "$A")
+consume() {
+	cat <<SQL
+BEGIN;
+SELECT idem_consume('atom-consumer', 'm1') AS fresh \\gset
+\\if :fresh
+INSERT INTO payments VALUES ('$other', 'consume-m1', 1);
+\\endif
+$([ "${1:-}" = notify ] && echo 'NOTIFY idem_test;')
+COMMIT;
+SQL
+}
+kill_between "$nc" killed_consumer "$(consume notify)"
+all_or_none "idem_consume on ${names[$nc]}, the payment in $other: its record, the payment" \
+	"$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'atom-consumer'")" \
+	"$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'consume-m1'")"
+q "$nc" <<<"$(consume)" >/dev/null
+q "$nc" <<<"$(consume)" >/dev/null
+check "idem_consume: payments after two redeliveries" "$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'consume-m1'")" 1
+
+# From worker3, which holds no shard: $A on worker1 and $B on worker2,
+# both delegated, with their payments
+check "worker3 holds no shard of idem_keys" \
+	"$(q 0 -c "SELECT count(*) FROM pg_dist_shard_placement p JOIN pg_dist_shard s USING (shardid) WHERE s.logicalrelid = 'idem_keys'::regclass AND p.nodeport = ${ports[3]}")" 0
+kill_between 3 killed_worker3 "$(transfer atom3 t1 "A B" notify)"
+all_or_none "worker3 holding none, $A on worker1 and $B on worker2: records and payments of both" \
+	"$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'atom3' AND scope = '$A'")" \
+	"$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'atom3' AND scope = '$B'")" \
+	"$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'atom3-t1' AND tenant = '$A'")" \
+	"$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'atom3-t1' AND tenant = '$B'")"
+q 3 <<<"$(transfer atom3 t1 "A B")" >/dev/null
+check "worker3: after the retry, records completed/payments" \
+	"$(q 0 -c "SELECT count(*) FILTER (WHERE status = 'completed') FROM idem_keys WHERE operation = 'atom3'")/$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'atom3-t1'")" 2/2
+
+echo "== a transaction that reached a node's shards over a connection is refused there"
+# citus.enable_local_execution off: Citus writes $A's payment over a
+# connection to worker1 itself, which would not see the record
+code=$(q 1 -v VERBOSITY=verbose 2>&1 <<SQL | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p' | head -1 || true
+BEGIN;
+SET LOCAL citus.enable_local_execution = off;
+INSERT INTO payments VALUES ('$A', 'conn-k1', 1);
+SELECT idem_reserve('conn', 'k1', NULL, '$A');
+COMMIT;
+SQL
+)
+check "refused after a connection to this node" "$code" 0A000
+check "nothing kept of it" "$(q 0 -c "SELECT count(*) FROM payments WHERE key = 'conn-k1'")/$(q 0 -c "SELECT count(*) FROM idem_keys WHERE operation = 'conn'")" 0/0
+
+echo "== PREPARE TRANSACTION"
+# Citus refuses it in a transaction in which it ran a statement, even one
+# on this node's own shards; the extension's calls on the node of their
+# scope do not make it refuse
+prepare() {
+	# prepare NODE STATEMENTS: the SQLSTATE of PREPARE TRANSACTION, or "prepared"
+	q "$1" -v VERBOSITY=verbose 2>&1 <<SQL | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p; s/^prepared$/prepared/p' | head -1 || true
+BEGIN;
+$2
+PREPARE TRANSACTION 'idem_prep';
+COMMIT PREPARED 'idem_prep';
+SELECT 'prepared';
+SQL
+}
+check "on worker1, the calls of its scope only" \
+	"$(prepare 1 "SELECT idem_reserve('prep', 'k1', NULL, '$A'); SELECT idem_complete('prep', 'k1', NULL, 200, NULL, '$A');")" prepared
+check "on worker1, with the payment through Citus" \
+	"$(prepare 1 "SELECT idem_reserve('prep', 'k2', NULL, '$A'); INSERT INTO payments VALUES ('$A', 'prep-k2', 1);")" 0A000
+check "from the coordinator" \
+	"$(prepare 0 "SELECT idem_reserve('prep', 'k3', NULL, '$A');")" 0A000
+check "prepared records kept, refused ones not" \
+	"$(q 0 -c "SELECT string_agg(key || ':' || status, ',' ORDER BY key) FROM idem_keys WHERE operation = 'prep'")/$(q 0 -c "SELECT count(*) FROM payments WHERE key LIKE 'prep-%'")" k1:completed/0
 
 echo "== a shard dropped during a pass of its node's worker: the node stays maintained"
 # As Citus drops the old placement of a moved shard: a reconciler, called
