@@ -53,7 +53,7 @@
  *	- running no code of any role: only a table whose writes run nothing but
  *	  the install script's rules, recognised by their definitions
  *	  (records.c, OnlyOwnRules), and only idem_keys itself (a member of the
- *	  extension, not a Citus shard), is held.  There a write fails or
+ *	  extension) or a Citus shard of it here, is held.  There a write fails or
  *	  succeeds the same whenever it is made.  The commit callback fires no
  *	  trigger; a table that gained a rule in between (which only DDL of the
  *	  transaction itself could add, and that DDL finds the records written)
@@ -68,8 +68,8 @@
  * A reservation is written at once instead, as before, where these cannot
  * be guaranteed: inside a security-restricted operation, on a table with
  * rules of its owner (its triggers then see the processing insert, and its
- * CHECKs and index predicates refuse the reservation itself), on a Citus
- * shard, and beyond IDEM_MAX_HELD reservations per transaction, so that a
+ * CHECKs and index predicates refuse the reservation itself), and
+ * beyond IDEM_MAX_HELD reservations per transaction, so that a
  * transaction of many keys does not fill the lock table.
  *
  *-------------------------------------------------------------------------
@@ -122,12 +122,13 @@ AddTtl(TimestampTz when, Interval *ttl)
 
 /*
  * May the commit callback write into table?  Only where a write runs no
- * code of any role: idem_keys itself, with the install script's rules alone.
+ * code of any role: idem_keys itself, or a Citus shard of it on this node,
+ * with the install script's rules alone.
  */
 static bool
 WritableAtCommit(IdemTable *table)
 {
-	return table->own_rules && table->member;
+	return table->own_rules && (table->member || table->shard);
 }
 
 /* The record of a held reservation as it stands, with change applied over it */

@@ -13,6 +13,8 @@
 #   - the background worker of each node sweeping and flagging its shards;
 #   - a node added after start-up (citus_add_node) maintained at once;
 #   - a shard dropped during a pass (as after a move): the node maintained;
+#   - held reservations on the shards: a new key written once, another
+#     body told in_progress during the hold;
 #   - the starting node killed in its commit, after Citus committed or
 #     prepared the other nodes' part: a worker holding one of two scopes,
 #     idem_consume with its effect on the other worker, and a worker
@@ -305,6 +307,46 @@ scope_on() {
 A=$(scope_on 1 a)
 B=$(scope_on 2 b)
 shardA=$(q 0 -c "SELECT shard_name('idem_keys', get_shard_id_for_distribution_column('idem_keys', '$A'))")
+
+echo "== held reservations on the shards: one write per new key, in_progress during the hold"
+# On worker1, in scope $A (its shard $shardA): a new key reserved and
+# completed writes its record once, an insert of the completed record
+check "writes of a new key into $shardA (inserted/updated)" "$(q 1 <<SQL
+BEGIN;
+SELECT outcome FROM idem_reserve('held', 'h1', '{"a": 1}', '$A') \\g /dev/null
+SELECT idem_complete('held', 'h1', '{"ok": true}', 201, NULL, '$A') \\g /dev/null
+SELECT pg_stat_get_xact_tuples_inserted('$shardA'::regclass) || '/' || pg_stat_get_xact_tuples_updated('$shardA'::regclass);
+COMMIT;
+SQL
+)" 1/0
+# While a transaction on worker1 holds key h2 (no record written yet),
+# another body from the coordinator (delegated to worker1) is told
+# in_progress, as on one server; once the holder committed, mismatch.
+# The holder waits for a row in a table of worker1's own.
+q 1 -c "CREATE TABLE held_release (x int)"
+PGAPPNAME=held_holder q 1 >/dev/null <<SQL &
+BEGIN;
+SELECT outcome FROM idem_reserve('held', 'h2', '{"a": 1}', '$A');
+DO \$\$ BEGIN WHILE NOT EXISTS (SELECT FROM held_release) LOOP PERFORM pg_sleep(0.05); END LOOP; END \$\$;
+COMMIT;
+SQL
+holder=$!
+for _ in $(seq 1 100); do
+	[ "$(q 1 -c "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'held_holder' AND wait_event = 'PgSleep'")" = 1 ] && break
+	sleep 0.05
+done
+check "during the hold: rows of h2 in $shardA" "$(q 1 -c "SELECT count(*) FROM $shardA WHERE key = 'h2'")" 0
+check "during the hold: another body, from the coordinator" \
+	"$(q 0 -c "SELECT outcome FROM idem_reserve('held', 'h2', '{\"a\": 2}', '$A')")" in_progress
+check "during the hold: the same body, from worker2" \
+	"$(q 2 -c "SELECT outcome FROM idem_reserve('held', 'h2', '{\"a\": 1}', '$A')")" in_progress
+q 1 -c "INSERT INTO held_release VALUES (1)"
+wait "$holder"
+check "after the holder's commit: another body" \
+	"$(q 0 -c "SELECT outcome FROM idem_reserve('held', 'h2', '{\"a\": 2}', '$A')")" mismatch
+check "after the holder's commit: its record, written at commit" \
+	"$(q 0 -c "SELECT status FROM idem_keys WHERE scope = '$A' AND key = 'h2'")" processing
+q 0 -c "SELECT idem_release('held', 'h2', '$A')" >/dev/null
 
 echo "== atomic from every node: the starting node killed between the other nodes' commit and its own"
 # kill_between NODE NAME SQL: run the transaction SQL (which ends in
