@@ -564,9 +564,9 @@ IdemCitusLocalWrite(Relation shard)
 	if (citus_get_local_execution_status() == CITUS_LOCAL_EXECUTION_DISABLED)
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("cannot write shard \"%s\" of table \"idem_keys\" after Citus reached this node through a connection in the same transaction",
+				 errmsg("cannot write shard \"%s\" after Citus reached this node over a connection",
 						RelationGetRelationName(shard)),
-				 errdetail("An earlier statement of this transaction ran on this node's shards over a connection of Citus's, which would not see the record."),
+				 errdetail("An earlier statement of this transaction ran on this node's shards over a connection of Citus's, which would not see the record, and Citus would commit that connection's part apart from it."),
 				 errhint("Reserve the key before that statement, or run that statement with citus.enable_local_execution on.")));
 	citus_set_local_execution_status(CITUS_LOCAL_EXECUTION_REQUIRED);
 	citus_use_2pc();
