@@ -356,14 +356,18 @@ echo "== atomic from every node: the starting node killed between the other node
 # of another session holds while its own commit waits for a standby that
 # never comes (synchronous_standby_names).  Then the node restarts and
 # Citus's recovery of two-phase commits runs on it.
-kill_between() {
-	local n=$1 app=$2 sql=$3 pid= holding=no holder client
-	q "$n" -c "ALTER SYSTEM SET synchronous_standby_names = 'nobody'" -c "SELECT pg_reload_conf()" >/dev/null
-	# (a new session has the setting once the postmaster has reloaded)
+# standby_names NODE VALUE: set synchronous_standby_names on NODE, and wait
+# until a new session has it (once the postmaster has reloaded)
+standby_names() {
+	q "$1" -c "ALTER SYSTEM SET synchronous_standby_names = '$2'" -c "SELECT pg_reload_conf()" >/dev/null
 	for _ in $(seq 1 100); do
-		[ "$(q "$n" -c "SHOW synchronous_standby_names")" = nobody ] && break
+		[ "$(q "$1" -c "SHOW synchronous_standby_names")" = "$2" ] && break
 		sleep 0.05
 	done
+}
+kill_between() {
+	local n=$1 app=$2 sql=$3 pid= holding=no holder client
+	standby_names "$n" nobody
 	# (a commit waits for the standby only if its transaction wrote WAL)
 	PGAPPNAME=notify_holder q "$n" -c "BEGIN" -c "SELECT pg_logical_emit_message(true, 'idem_test', 'hold')" \
 		-c "NOTIFY idem_test_hold" -c "COMMIT" >/dev/null 2>&1 &
@@ -388,13 +392,13 @@ kill_between() {
 		kill -9 "$pid"
 	else
 		# let whatever waits go on
-		q "$n" -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
+		standby_names "$n" ""
 	fi
 	wait "$client" || true
 	wait "$holder" || true
 	for _ in $(seq 1 100); do "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "${ports[$n]}" -d idem && break; sleep 0.2; done
 	for _ in $(seq 1 50); do q "$n" -c "SELECT 1" >/dev/null 2>&1 && break; sleep 0.2; done
-	q "$n" -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
+	standby_names "$n" ""
 	q "$n" -c "SELECT recover_prepared_transactions()" >/dev/null
 	check "$app: transactions left prepared on any node" \
 		"$(for m in 0 1 2 3; do q "$m" -c "SELECT count(*) FROM pg_prepared_xacts WHERE database = 'idem'"; done | awk '{ s += $1 } END { print s }')" 0
