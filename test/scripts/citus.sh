@@ -422,10 +422,10 @@ transfer() {
 	local op=$1 key=$2 pay=$3 s
 	echo "BEGIN;"
 	for s in A B; do
-		echo "SELECT (outcome = 'new') AS ${s}_new FROM idem_reserve('$op', '$key', NULL, '${!s}') \\gset"
+		echo "SELECT (outcome = 'new') AS ${s,,}_new FROM idem_reserve('$op', '$key', NULL, '${!s}') \\gset"
 	done
 	for s in A B; do
-		echo "\\if :${s}_new"
+		echo "\\if :${s,,}_new"
 		if [[ " $pay " = *" $s "* ]]; then
 			echo "INSERT INTO payments VALUES ('${!s}', '$op-$key', 1);"
 		fi
