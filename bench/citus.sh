@@ -3,10 +3,13 @@
 # two workers (test/citus_cluster.sh) and one plain server, all on this
 # machine with fsync on (the default), pgbench with CITUS_CLIENTS clients
 # for CITUS_SECONDS seconds per run:
-#   new      a new key: reserve, insert the payment, complete, commit;
-#            through the coordinator
-#   replay   idem_reserve of a completed key; through the coordinator
-#   worker   the same on the worker that holds the scope's shard
+#   new            a new key: reserve, insert the payment, complete,
+#                  commit; through the coordinator, 16 scopes
+#   new_worker     the same on the worker that holds the scope's shard,
+#                  one scope
+#   replay         idem_reserve of a completed key; through the
+#                  coordinator, 16 scopes
+#   replay_worker  the same on the worker that holds the scope's shard
 # each against the same script on the plain server, Citus and plain runs
 # alternating, CITUS_ROUNDS rounds; prints the median TPS of each, the
 # ratios and the load average.  Needs a server build with citus.so and
@@ -67,15 +70,26 @@ q 0 -f "$work/keys.sql" >/dev/null
 q 3 -f "$work/keys.sql" >/dev/null
 
 citus_attempt_script bench 1000000000 >"$work/new.sql"
+cat >"$work/new_worker.sql" <<PGB
+\\set k random(1, 1000000000)
+BEGIN;
+SELECT (outcome = 'new') AS is_new FROM idem_reserve('bench', 'key-:k', '{"k": :k}', '$wscope') \\gset
+\\if :is_new
+INSERT INTO payments (tenant, key, amount) VALUES ('$wscope', 'key-:k', :k);
+SELECT idem_complete('bench', 'key-:k', '{"charged": :k}', 201, NULL, '$wscope');
+\\endif
+COMMIT;
+PGB
 cat >"$work/replay.sql" <<'PGB'
 \set k random(1, 1000)
 \set t :k % 16
 SELECT outcome FROM idem_reserve('bench', 'r-:k', '{"k": :k}', 't:t');
 PGB
-cat >"$work/worker.sql" <<PGB
+cat >"$work/replay_worker.sql" <<PGB
 \\set k random(1, 1000)
 SELECT outcome FROM idem_reserve('bench', 'r-:k', '{"k": :k}', '$wscope');
 PGB
+workloads=(new new_worker replay replay_worker)
 for n in 0 3; do
 	check=$(q "$n" -c "SELECT outcome FROM idem_reserve('bench', 'r-7', '{\"k\": 7}', 't7')")
 	[ "$check" = replay ] || { echo "${names[$n]}: a replay gave \"$check\"" >&2; exit 1; }
@@ -102,9 +116,9 @@ median() {
 loads=("$(cut -d' ' -f1-3 /proc/loadavg)")
 for r in $(seq 1 "$rounds"); do
 	echo "== round $r of $rounds (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-	for w in new replay worker; do
+	for w in "${workloads[@]}"; do
 		node=0
-		[ "$w" = worker ] && node=1
+		[ "${w%_worker}" != "$w" ] && node=1
 		# alternate which of the two goes first
 		if [ $((r % 2)) = 1 ]; then
 			bench "citus-$w" "$node" "$w"
@@ -126,14 +140,15 @@ echo "| transactions per second | Citus | one plain server | ratio |"
 echo "|---|---:|---:|---:|"
 declare -A label=(
 	[new]="new keys (reserve, insert, complete, commit), through the coordinator"
+	[new_worker]="new keys on the worker that holds the scope"
 	[replay]="replays, through the coordinator"
-	[worker]="replays on the worker that holds the scope (no hop through the coordinator)")
-for w in new replay worker; do
+	[replay_worker]="replays on the worker that holds the scope")
+for w in "${workloads[@]}"; do
 	c=$(median "citus-$w")
 	p=$(median "plain-$w")
 	printf '| %s | %s | %s | %s |\n' "${label[$w]}" "$c" "$p" "$(awk -v c="$c" -v p="$p" 'BEGIN { printf "%.2f", c / p }')"
 done
 echo
-for w in new replay worker; do
+for w in "${workloads[@]}"; do
 	echo "runs of $w: Citus${runs[citus-$w]}; plain${runs[plain-$w]}"
 done
