@@ -73,6 +73,13 @@ func DefaultMapping() Mapping {
 		},
 		SQLStates: map[string]string{
 			"22023": CodeInvalidRequest,
+			// the server refusing the request document or the key as it
+			// reads them (doc/clients.md, "Requests the server refuses")
+			"22P02": CodeInvalidRequest,
+			"22P05": CodeInvalidRequest,
+			"22003": CodeInvalidRequest,
+			"22021": CodeInvalidRequest,
+			"54001": CodeInvalidRequest,
 			"ID003": CodeInProgress,
 			"ID004": CodeMismatch,
 			"ID005": CodeStuck,

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -263,6 +264,87 @@ func TestMapping(t *testing.T) {
 			w := post(key, `{}`).do(newClient(t, testPool).Middleware()(&effectHandler{}))
 			if w.Code != 400 || problemCode(t, w) != CodeInvalidRequest || !strings.Contains(w.Body.String(), message) {
 				t.Fatalf("%d %s", w.Code, w.Body)
+			}
+		})
+	}
+}
+
+// TestRequestsTheServerRefuses: requests the middleware takes and the
+// server cannot read (doc/clients.md, "Requests the server refuses") are
+// 400 invalid-request with the server's message, and nothing is reserved
+func TestRequestsTheServerRefuses(t *testing.T) {
+	ctx := context.Background()
+	// the server's smallest stack: about 600 levels of nesting, fewer than
+	// encoding/json's 10000 (at the default 2 MB the server takes more)
+	shallow, err := openPool(ctx, testDB, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["max_stack_depth"] = "100kB"
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shallow.Close()
+	deep := strings.Repeat("[", 900) + strings.Repeat("]", 900)
+	for _, tt := range []struct {
+		name    string
+		pool    *pgxpool.Pool
+		req     req
+		message string
+	}{
+		{"22P05: \\u0000 in a string", testPool, post("k", `{"a": "x\u0000y"}`), "unsupported Unicode escape sequence"},
+		{"22P05: \\u0000 as a member name", testPool, post("k", `{"\u0000": 1}`), "unsupported Unicode escape sequence"},
+		{"22P02: a lone surrogate", testPool, post("k", `{"a": "\ud800"}`), "invalid input syntax for type json"},
+		{"22003: a number beyond a double", testPool, post("k", `{"a": 1e400}`), "number 1e+400 is out of range for canonical JSON"},
+		{"22003: a number beyond numeric", testPool, post("k", `{"a": 1e1000000}`), "value overflows numeric format"},
+		{"22021: a bare key that is not UTF-8", testPool, post("k-\xff", `{}`), `invalid byte sequence for encoding "UTF8": 0xff`},
+		{"54001: nesting deeper than the stack", shallow, post("k", `{"a": `+deep+`}`), "stack depth limit exceeded"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			reset(t)
+			h := &effectHandler{}
+			w := tt.req.do(newClient(t, tt.pool).Middleware()(h))
+			if w.Code != 400 || problemCode(t, w) != CodeInvalidRequest {
+				t.Fatalf("%d %s", w.Code, w.Body)
+			}
+			var p struct{ Detail string }
+			if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || p.Detail != tt.message {
+				t.Fatalf("detail %q, want %q (%v)", p.Detail, tt.message, err)
+			}
+			if n := h.calls.Load(); n != 0 {
+				t.Fatalf("the handler ran %d times", n)
+			}
+			if n := count(t, "SELECT count(*) FROM idem_keys"); n != 0 {
+				t.Fatalf("%d records, want 0", n)
+			}
+		})
+	}
+	t.Run("nesting deeper than encoding/json is not JSON: body_base64", func(t *testing.T) {
+		reset(t)
+		body := strings.Repeat("[", 12000) + strings.Repeat("]", 12000)
+		if w := post("k", body).do(newClient(t, testPool).Middleware()(&effectHandler{})); w.Code != 201 {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+		doc := `{"method": "POST", "path": "/payments", "body_base64": "` + base64.StdEncoding.EncodeToString([]byte(body)) + `"}`
+		if n := count(t, "SELECT count(*) FROM idem_keys WHERE request_hash = idem_hash($1::jsonb)", doc); n != 1 {
+			t.Fatalf("%d records of the body's bytes, want 1", n)
+		}
+	})
+	for _, state := range []string{"22P02", "22P05", "22003", "22021", "54001"} {
+		t.Run(state+" from the handler's own SQL, rolled back", func(t *testing.T) {
+			reset(t)
+			h := HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				ctx := r.Context()
+				if _, err := Tx(ctx).Exec(ctx, "INSERT INTO effects (note) VALUES ('doomed')"); err != nil {
+					return err
+				}
+				_, err := Tx(ctx).Exec(ctx, "DO $$ BEGIN RAISE EXCEPTION 'secret text' USING ERRCODE = '"+state+"'; END $$")
+				return err
+			})
+			w := post("k", `{}`).do(newClient(t, testPool).Middleware()(h))
+			if w.Code != 400 || problemCode(t, w) != CodeInvalidRequest || !strings.Contains(w.Body.String(), `"secret text"`) {
+				t.Fatalf("%d %s", w.Code, w.Body)
+			}
+			if n := effects(t) + count(t, "SELECT count(*) FROM idem_keys"); n != 0 {
+				t.Fatalf("%d effects and records, want 0", n)
 			}
 		})
 	}

@@ -32,6 +32,7 @@ psql_() { psql -X -q -v ON_ERROR_STOP=1 -d "${PGDATABASE:-postgres}" "$@"; }
 # the test databases go with the run, so that no grant outlives it
 cleanup() {
 	local rc=$? db
+	cd /
 	rm -rf "$work"
 	for db in "${dbs[@]}"; do psql_ -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true; done
 	exit $rc

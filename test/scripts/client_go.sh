@@ -14,4 +14,5 @@ hc_start go
 hc_contract
 hc_stop
 hc_read_only
+hc_shallow_stack
 ex_finish

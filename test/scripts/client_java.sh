@@ -14,4 +14,5 @@ hc_start java
 hc_contract
 hc_stop
 hc_read_only
+hc_shallow_stack
 ex_finish

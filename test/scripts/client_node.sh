@@ -12,4 +12,5 @@ hc_start node
 hc_contract
 hc_stop
 hc_read_only
+hc_shallow_stack
 ex_finish

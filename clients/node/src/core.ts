@@ -9,7 +9,7 @@ import type { Pool, PoolClient } from 'pg';
 import { type CapturedResponse, decodeEnvelope, encodeEnvelope, UnsupportedEnvelopeError } from './envelope.js';
 import {
   type FingerprintRequest,
-  FingerprintSubsetError,
+  FingerprintError,
   type JsonPointer,
   parseJsonPointer,
   requestDocument,
@@ -219,7 +219,7 @@ export class Idempotency<Req = unknown> {
   /** The answer for an error: its SQLSTATE's case, else `internal-error` (reported with `onError`). */
   errorAnswer(error: unknown, report = true): Answer {
     if (error instanceof UnsupportedEnvelopeError) return this.problem('unsupported-envelope');
-    if (error instanceof FingerprintSubsetError) return this.problem('invalid-request', error.message);
+    if (error instanceof FingerprintError) return this.problem('invalid-request', error.message);
     const code = sqlstateProblem(sqlstate(error));
     if (code === 'internal-error' && report) this.onError(error);
     return this.problem(code, code === 'invalid-request' ? (error as Error).message : undefined);

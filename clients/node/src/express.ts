@@ -20,7 +20,7 @@ import type { ErrorRequestHandler, NextFunction, Request, RequestHandler, Respon
 import type { PoolClient } from 'pg';
 import { type Answer, Idempotency, type IdempotencyOptions, type IdempotencyTransaction, type ResolvedRoute, resolveRoute, type RouteOptions } from './core.js';
 import type { CapturedResponse } from './envelope.js';
-import { FingerprintSubsetError, type FingerprintRequest, requestBody, requestDocument } from './fingerprint.js';
+import { FingerprintError, type FingerprintRequest, type RequestBody, requestBody, requestDocument } from './fingerprint.js';
 import { BodyTooLargeError, captureResponse, readBody, sendResponse } from './http.js';
 import { headerFields } from './key.js';
 
@@ -146,20 +146,21 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       }
       throw error;
     }
-    const body = requestBody(request);
-    if (request.rawBody !== undefined) {
-      // give the handler the body, as express.json() / express.raw() would
-      req.body = body.kind === 'json' ? body.value : body.kind === 'bytes' ? body.bytes : undefined;
-    }
+    let body: RequestBody;
     let document: string;
     try {
+      body = requestBody(request);
       document = requestDocument(request, route.fingerprint, body);
     } catch (error) {
-      if (error instanceof FingerprintSubsetError) {
+      if (error instanceof FingerprintError) {
         send(res, library.problem('invalid-request', error.message));
         return;
       }
       throw error;
+    }
+    if (request.rawBody !== undefined) {
+      // give the handler the body, as express.json() / express.raw() would
+      req.body = body.kind === 'json' ? body.value : body.kind === 'bytes' ? body.bytes : undefined;
     }
     const operation = typeof route.operation === 'function'
       ? route.operation(req)

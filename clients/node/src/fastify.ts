@@ -26,7 +26,7 @@ import type { PoolClient } from 'pg';
 import { type Answer, Idempotency, type IdempotencyOptions, type IdempotencyTransaction, type ResolvedRoute, resolveRoute, type RouteOptions } from './core.js';
 import type { CapturedResponse } from './envelope.js';
 import { headerString } from './envelope.js';
-import { FingerprintSubsetError, requestBody, requestDocument } from './fingerprint.js';
+import { FingerprintError, requestBody, requestDocument } from './fingerprint.js';
 import { headerFields } from './key.js';
 
 /** What the plugin gives the handler of a request it reserved, as `request.idempotency`. */
@@ -143,7 +143,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     try {
       document = requestDocument(fingerprintRequest, route.fingerprint, requestBody(fingerprintRequest));
     } catch (error) {
-      if (error instanceof FingerprintSubsetError) return send(reply, library.problem('invalid-request', error.message));
+      if (error instanceof FingerprintError) return send(reply, library.problem('invalid-request', error.message));
       throw error;
     }
     const operation = typeof route.operation === 'function'

@@ -79,12 +79,40 @@ export interface FingerprintRequest {
   parsedBody?: { value: unknown } | undefined;
 }
 
+/** A request whose fingerprint cannot be computed: answered 400 `invalid-request`. */
+export class FingerprintError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'FingerprintError';
+  }
+}
+
 /** A fingerprint subset on a request without a JSON body. */
-export class FingerprintSubsetError extends Error {
+export class FingerprintSubsetError extends FingerprintError {
   constructor() {
     super('The fingerprint of this route is a subset of a JSON body, and the request has no JSON body.');
     this.name = 'FingerprintSubsetError';
   }
+}
+
+/**
+ * A number beyond a double in a body the library writes again (a subset,
+ * or a body parsed before it), which `JSON.parse` made `Infinity`: the
+ * server refuses it as well (SQLSTATE 22003) where the text reaches it.
+ */
+export class FingerprintNumberError extends FingerprintError {
+  constructor() {
+    super('The request body has a number beyond the range of a double.');
+    this.name = 'FingerprintNumberError';
+  }
+}
+
+/** JSON text of a parsed value, refusing the `Infinity` of a number out of range (not `null`, as `JSON.stringify` writes it). */
+function stringifyParsed(value: unknown): string {
+  return JSON.stringify(value, (_key, member: unknown) => {
+    if (typeof member === 'number' && !Number.isFinite(member)) throw new FingerprintNumberError();
+    return member;
+  });
 }
 
 /** The body of a request as the fingerprint sees it. */
@@ -96,7 +124,13 @@ export interface RequestBody {
   bytes?: Buffer;
 }
 
-/** Classifies a request's body: JSON (it parses), other bytes, or empty. */
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/**
+ * Classifies a request's body: JSON (it parses), other bytes, or empty.
+ *
+ * @throws FingerprintNumberError for a parsed body with a number beyond a double.
+ */
 export function requestBody(request: FingerprintRequest): RequestBody {
   const json = isJsonContentType(request.contentType);
   if (request.rawBody === undefined && request.parsedBody !== undefined) {
@@ -106,15 +140,17 @@ export function requestBody(request: FingerprintRequest): RequestBody {
       return requestBody({ ...request, rawBody: Buffer.from(value), parsedBody: undefined });
     }
     if (json && value !== undefined) {
-      return { kind: 'json', text: JSON.stringify(value), value };
+      return { kind: 'json', text: stringifyParsed(value), value };
     }
     return { kind: 'empty' };
   }
   const bytes = request.rawBody ? Buffer.from(request.rawBody.buffer, request.rawBody.byteOffset, request.rawBody.byteLength) : Buffer.alloc(0);
   if (bytes.length === 0) return { kind: 'empty' };
   if (json) {
-    const text = bytes.toString('utf8');
     try {
+      // UTF-8 or not JSON (a bad byte would otherwise be read as U+FFFD, and
+      // two bodies would share a fingerprint); a BOM stays, and is not JSON.
+      const text = utf8.decode(bytes);
       // Parsed to check it is JSON; the document sends the text itself, so
       // that the server reads every number exactly as the client wrote it.
       const value: unknown = JSON.parse(text);
@@ -132,6 +168,7 @@ export function requestBody(request: FingerprintRequest): RequestBody {
  * @param subset - JSON Pointers naming the body members that make two
  *   requests the same; `undefined` for the whole body.
  * @throws FingerprintSubsetError for a subset on a request without a JSON body.
+ * @throws FingerprintNumberError for a subset member with a number beyond a double.
  */
 export function requestDocument(
   request: FingerprintRequest,
@@ -147,7 +184,7 @@ export function requestDocument(
       const found = evaluateJsonPointer(body.value, pointer);
       members[pointer.source] = found === undefined ? null : found;
     }
-    doc += `,"body":${JSON.stringify(members)}`;
+    doc += `,"body":${stringifyParsed(members)}`;
   } else if (body.kind === 'json') {
     doc += `,"body":${body.text!}`;
   } else if (body.kind === 'bytes') {

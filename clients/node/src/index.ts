@@ -30,6 +30,8 @@ export {
 } from './envelope.js';
 export {
   evaluateJsonPointer,
+  FingerprintError,
+  FingerprintNumberError,
   type FingerprintRequest,
   FingerprintSubsetError,
   isJsonContentType,
@@ -50,6 +52,7 @@ export {
   type ProblemDocument,
   problemResponse,
   resolveMapping,
+  SQLSTATE_CODES,
   sqlstateProblem,
 } from './mapping.js';
 export { checkExtensionVersion, compareVersions, type ExtensionInfo, ExtensionVersionError, MINIMUM_EXTENSION_VERSION } from './version.js';

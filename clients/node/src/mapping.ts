@@ -142,16 +142,30 @@ export function problemResponse(
   return { status: entry.status, headers, body: Buffer.from(JSON.stringify(document)) };
 }
 
+/**
+ * The problem code of each SQLSTATE with a row of its own (doc/clients.md);
+ * any other is `internal-error`. `22P02`, `22P05`, `22003`, `22021` and
+ * `54001` are the server refusing the request document or the key as it
+ * reads them ("Requests the server refuses").
+ */
+export const SQLSTATE_CODES: Readonly<Record<string, ProblemCode>> = Object.freeze({
+  '22023': 'invalid-request',
+  '22P02': 'invalid-request',
+  '22P05': 'invalid-request',
+  '22003': 'invalid-request',
+  '22021': 'invalid-request',
+  '54001': 'invalid-request',
+  ID003: 'in-progress',
+  ID004: 'mismatch',
+  ID005: 'stuck',
+  '25006': 'read-only',
+  '40001': 'retry',
+  '40P01': 'retry',
+} satisfies Record<string, ProblemCode>);
+
 /** The problem code of a database error's SQLSTATE, or `internal-error`. */
 export function sqlstateProblem(sqlstate: string | undefined): ProblemCode {
-  switch (sqlstate) {
-    case '22023': return 'invalid-request';
-    case 'ID003': return 'in-progress';
-    case 'ID004': return 'mismatch';
-    case 'ID005': return 'stuck';
-    case '25006': return 'read-only';
-    case '40001':
-    case '40P01': return 'retry';
-    default: return 'internal-error';
-  }
+  return sqlstate !== undefined && Object.prototype.hasOwnProperty.call(SQLSTATE_CODES, sqlstate)
+    ? SQLSTATE_CODES[sqlstate]!
+    : 'internal-error';
 }

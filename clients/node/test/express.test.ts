@@ -9,7 +9,9 @@ import pg from 'pg';
 import supertest from 'supertest';
 import { ExtensionVersionError } from '../src/index.js';
 import { idempotency, type IdempotencyMiddleware } from '../src/express.js';
-import { createDatabase, defaultVersion, holdReservation, postAndHangUp, sleep, type TestDatabase } from './helpers.js';
+import {
+  createDatabase, defaultVersion, holdReservation, postAndHangUp, refusedBodies, refusedSqlStates, sleep, type TestDatabase,
+} from './helpers.js';
 
 const users: Record<string, string> = { 'token-a': 'user-a', 'token-b': 'user-b' };
 const scope = (req: Request) => users[(req.headers.authorization ?? '').replace(/^Bearer /, '')];
@@ -40,6 +42,7 @@ before(async () => {
     if (note === 'fail') throw new Error('secret internal detail');
     if (note === 'conflict') await client.query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$");
     if (note === 'deadlock') await client.query("DO $$ BEGIN RAISE EXCEPTION 'deadlock' USING ERRCODE = '40P01'; END $$");
+    if (note?.startsWith('sqlstate-')) await client.query(`DO $$ BEGIN RAISE EXCEPTION 'secret text' USING ERRCODE = '${note.slice(9, 14)}'; END $$`);
     if (note === 'unavailable') { res.status(503).json({ error: 'try later' }); return; }
     if (note === 'declined') { res.status(402).json({ error: 'declined' }); return; }
     if (note === 'teapot') { const e = Object.assign(new Error('refused'), { status: 418 }); throw e; }
@@ -164,6 +167,39 @@ describe('the fingerprint', () => {
     assert.equal((await json('/parsed', 'p-1', { a: 1 }).expect(201)).headers['idempotent-replayed'], 'true');
     assert.equal(await records("key = 'p-1' AND operation = 'POST /parsed' AND ttl = interval '1 hour'"), 1);
   });
+});
+
+describe('requests the server refuses: 400 invalid-request with its message, nothing reserved', () => {
+  const raw = (path: string, key: string, body: string) => supertest(app).post(path).set('Authorization', 'Bearer token-a')
+    .set('Idempotency-Key', key).set('Content-Type', 'application/json').send(body);
+  refusedBodies.forEach(([label, body, message], i) => {
+    it(label, async () => {
+      const r = await raw('/items', `refused-${i}`, body).expect(400).expect('content-type', 'application/problem+json');
+      assert.equal(r.body.code, 'invalid-request');
+      assert.match(r.body.detail, message);
+      assert.equal(await db.count("SELECT count(*) FROM effects WHERE note = 'refused'"), 0);
+      assert.equal(await records(`key = 'refused-${i}'`), 0);
+    });
+  });
+  it('a number beyond a double in a subset, or after express.json(): refused here, not written as null', async () => {
+    const before = await effects();
+    for (const [path, key] of [['/subset', 'refused-subset'], ['/parsed', 'refused-parsed']] as const) {
+      const r = await raw(path, key, '{"order_id": "o", "amount": 1e400}').expect(400);
+      assert.equal(r.body.code, 'invalid-request');
+      assert.match(r.body.detail, /beyond the range of a double/);
+      assert.equal(await records(`key = '${key}'`), 0);
+    }
+    assert.equal(await effects(), before);
+  });
+  for (const state of refusedSqlStates) {
+    it(`${state} from the handler's own SQL too, rolled back`, async () => {
+      const r = await json('/items', `refused-${state}`, { note: `sqlstate-${state}` }).expect(400);
+      assert.equal(r.body.code, 'invalid-request');
+      assert.equal(r.body.detail, 'secret text');
+      assert.equal(await db.count('SELECT count(*) FROM effects WHERE note = $1', [`sqlstate-${state}`]), 0);
+      assert.equal(await records(`key = 'refused-${state}'`), 0);
+    });
+  }
 });
 
 describe('the envelope', () => {

@@ -6,7 +6,9 @@ import { after, before, describe, it } from 'node:test';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { ExtensionVersionError } from '../src/index.js';
 import fastifyIdempotency from '../src/fastify.js';
-import { createDatabase, defaultVersion, holdReservation, postAndHangUp, sleep, type TestDatabase } from './helpers.js';
+import {
+  createDatabase, defaultVersion, holdReservation, postAndHangUp, refusedBodies, refusedSqlStates, sleep, type TestDatabase,
+} from './helpers.js';
 
 const users: Record<string, string> = { 'token-a': 'user-a', 'token-b': 'user-b' };
 const scope = (request: FastifyRequest) => users[(request.headers.authorization ?? '').replace(/^Bearer /, '')];
@@ -36,6 +38,7 @@ before(async () => {
     const { rows } = await client.query('INSERT INTO effects (note) VALUES ($1) RETURNING id', [note]);
     if (note === 'fail') throw new Error('secret internal detail');
     if (note === 'conflict') await client.query("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$");
+    if (note?.startsWith('sqlstate-')) await client.query(`DO $$ BEGIN RAISE EXCEPTION 'secret text' USING ERRCODE = '${note.slice(9, 14)}'; END $$`);
     if (note === 'unavailable') return reply.code(503).send({ error: 'try later' });
     if (note === 'declined') return reply.code(402).send({ error: 'declined' });
     if (note === 'teapot') throw Object.assign(new Error('short and stout'), { statusCode: 418 });
@@ -133,6 +136,34 @@ describe('the Fastify plugin', () => {
     assert.equal(r.statusCode, 400);
     assert.match(r.json().detail, /too long/);
   });
+  refusedBodies.forEach(([label, body, message], i) => {
+    it(`answers a request the server refuses with 400 invalid-request, reserving nothing: ${label}`, async () => {
+      const r = await post('/items', `refused-${i}`, body);
+      assert.equal(r.statusCode, 400);
+      assert.equal(r.headers['content-type'], 'application/problem+json');
+      assert.equal(r.json().code, 'invalid-request');
+      assert.match(r.json().detail, message);
+      assert.equal(await effects('refused'), 0);
+      assert.equal(await records(`key = 'refused-${i}'`), 0);
+    });
+  });
+  it('refuses a number beyond a double in a subset member, rather than write it as null', async () => {
+    const r = await post('/subset', 'refused-subset', '{"order_id": 1e400}');
+    assert.equal(r.statusCode, 400);
+    assert.equal(r.json().code, 'invalid-request');
+    assert.match(r.json().detail, /beyond the range of a double/);
+    assert.equal(await records("key = 'refused-subset'"), 0);
+  });
+  for (const state of refusedSqlStates) {
+    it(`answers ${state} from the handler's own SQL with 400 invalid-request, rolled back`, async () => {
+      const r = await post('/items', `refused-${state}`, { note: `sqlstate-${state}` });
+      assert.equal(r.statusCode, 400);
+      assert.equal(r.json().code, 'invalid-request');
+      assert.equal(r.json().detail, 'secret text');
+      assert.equal(await effects(`sqlstate-${state}`), 0);
+      assert.equal(await records(`key = 'refused-${state}'`), 0);
+    });
+  }
   it('rolls back a handler error: 500 internal-error without its text, no effect, no record', async () => {
     const r = await post('/items', 'boom', { note: 'fail' });
     assert.equal(r.statusCode, 500);

@@ -94,3 +94,20 @@ export const sleep = (ms: number): Promise<void> => new Promise((resolve) => set
 export async function holdReservation(pool: pg.Pool, operation: string, key: string, scope: string, request: string | null = null): Promise<void> {
   await pool.query('SELECT idem_reserve($1, $2, $3::jsonb, scope => $4)', [operation, key, request, scope]);
 }
+
+/**
+ * Bodies every library takes that the server cannot read (doc/clients.md,
+ * "Requests the server refuses"), with its message; the nesting is far
+ * deeper than the default 2 MB stack takes (about 14000 levels).
+ */
+export const refusedBodies: readonly [label: string, body: string, message: RegExp][] = [
+  ['\\u0000 in a string (22P05)', '{"note": "refused", "x": "a\\u0000b"}', /^unsupported Unicode escape sequence$/],
+  ['\\u0000 as a member name (22P05)', '{"note": "refused", "\\u0000": 1}', /^unsupported Unicode escape sequence$/],
+  ['a lone surrogate (22P02)', '{"note": "refused", "x": "\\ud800"}', /^invalid input syntax for type json$/],
+  ['a number beyond a double (22003)', '{"note": "refused", "x": 1e400}', /out of range for canonical JSON$/],
+  ['a number beyond numeric (22003)', '{"note": "refused", "x": 1e1000000}', /^value overflows numeric format$/],
+  ['nesting deeper than the server\'s stack (54001)', `{"note": "refused", "x": ${'['.repeat(100000)}${']'.repeat(100000)}}`, /^stack depth limit exceeded$/],
+];
+
+/** The SQLSTATEs of the requests the server refuses, raised by a handler's own SQL instead. */
+export const refusedSqlStates: readonly string[] = ['22P02', '22P05', '22003', '22021', '54001'];

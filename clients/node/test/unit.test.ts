@@ -76,6 +76,13 @@ describe('requestDocument', () => {
       '{"method":"POST","path":"/p","body_base64":"YWI="}');
     assert.match(requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', rawBody: Buffer.from('{x') }), /"body_base64":"e3g="/);
   });
+  it('hashes JSON that is not UTF-8, or begins with a BOM, as bytes (as the other languages do)', () => {
+    const doc = (bytes: number[]) => requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', rawBody: Buffer.from(bytes) });
+    // {"a":"\xff"} and {"a":"\xfe"}: two bodies, not one U+FFFD
+    assert.equal(doc([0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d]), '{"method":"POST","path":"/p","body_base64":"eyJhIjoi/yJ9"}');
+    assert.equal(doc([0x7b, 0x22, 0x61, 0x22, 0x3a, 0x22, 0xfe, 0x22, 0x7d]), '{"method":"POST","path":"/p","body_base64":"eyJhIjoi/iJ9"}');
+    assert.equal(doc([0xef, 0xbb, 0xbf, 0x7b, 0x7d]), '{"method":"POST","path":"/p","body_base64":"77u/e30="}');
+  });
   it('has neither key for an empty body', () => {
     assert.equal(requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', rawBody: Buffer.alloc(0) }), '{"method":"POST","path":"/p"}');
   });

@@ -79,7 +79,7 @@ def parse_payment(raw: bytes) -> dict[str, Any] | str:
     """The payment of a request body, or the sentence saying what is wrong with it."""
     try:
         payment = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):
         return "The body is not JSON."
     if not isinstance(payment, dict):
         return "The body must be a JSON object."

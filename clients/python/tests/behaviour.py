@@ -22,6 +22,7 @@ The scope function takes ``Authorization: Bearer user-...`` as the principal.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import pytest
 from pg_idempotency import ExtensionVersionError, request_document
 from pg_idempotency.mapping import PROBLEM_TYPE_BASE
 
-from conftest import DB_NOEXT, DB_OLD, Db
+from conftest import DB_NOEXT, DB_OLD, READ_ONLY, SHALLOW_STACK, Db
 
 SUBSET = ["/order_id", "/amount"]
 BINARY = b"\x00\xffbinary"
@@ -234,6 +235,42 @@ class Behaviour:
         _problem(self.post(client, "/subset", key="k3", raw=b"text", content_type="text/plain"), 400, "invalid-request")
         assert db.effects() == 2
 
+    @pytest.mark.parametrize(
+        ("path", "raw", "message"),
+        [
+            # 22P05: jsonb has no NUL
+            ("/effects", b'{"order_id": "o-1", "note": "a\\u0000b"}', "unsupported Unicode escape sequence"),
+            ("/effects", b'{"order_id": "o-1", "\\u0000": 1}', "unsupported Unicode escape sequence"),
+            # 22P02: a lone surrogate
+            ("/effects", b'{"order_id": "o-1", "note": "\\ud800"}', "invalid input syntax for type json"),
+            # 22003: beyond a double (RFC 8785), beyond numeric (jsonb)
+            ("/effects", b'{"order_id": "o-1", "amount": 1e400}', "out of range for canonical JSON"),
+            ("/subset", b'{"order_id": "o-1", "amount": 1e400}', "out of range for canonical JSON"),
+            ("/effects", b'{"order_id": "o-1", "amount": 1e1000000}', "value overflows numeric format"),
+        ],
+    )
+    def test_fingerprint_the_server_refuses(self, client: Post, db: Db, path: str, raw: bytes, message: str) -> None:
+        body = _problem(self.post(client, path, raw=raw), 400, "invalid-request")
+        assert message in body["detail"]
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    def test_nesting_deeper_than_the_server_stack(self, make_client: Callable[..., Post], db: Db) -> None:
+        # 54001: 900 levels, which Python's parser takes and a 100 kB stack does not
+        client = make_client(server_options=SHALLOW_STACK)
+        raw = b'{"order_id": "o-1", "x": ' + b"[" * 900 + b"]" * 900 + b"}"
+        body = _problem(self.post(client, raw=raw), 400, "invalid-request")
+        assert body["detail"] == "stack depth limit exceeded"
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    def test_nesting_deeper_than_the_parser_is_bytes(self, client: Post, db: Db) -> None:
+        raw = b"[" * 5000 + b"]" * 5000
+        assert self.post(client, raw=raw).status == 201
+        expected = '{"method": "POST", "path": "/effects", "body_base64": "%s"}' % base64.b64encode(raw).decode()
+        assert db.value("SELECT request_hash = idem_hash(%s::jsonb) FROM idem_keys", expected) is True
+        assert db.effects() == 1
+
     def test_default_operation(self, client: Post, db: Db) -> None:
         assert self.post(client, "/items/5").status == 201
         assert db.value("SELECT operation FROM idem_keys") == "POST /items/{id}"
@@ -340,6 +377,14 @@ class Behaviour:
         assert db.effects() == 0
         assert db.records() == 0
 
+    @pytest.mark.parametrize("state", ["22P02", "22P05", "22003", "22021", "54001"])
+    def test_data_exception_of_the_handler(self, client: Post, db: Db, state: str) -> None:
+        # the rows of the requests the server refuses hold for the handler's own SQL too
+        body = _problem(self.post(client, headers=[("X-Test-Sql-Error", state)]), 400, "invalid-request")
+        assert body["detail"] == "secret text"
+        assert db.effects() == 0
+        assert db.records() == 0
+
     def test_other_sql_error(self, client: Post, db: Db) -> None:
         body = _problem(self.post(client, headers=[("X-Test-Sql-Error", "P0001")]), 500, "internal-error")
         assert "secret" not in body["detail"]
@@ -347,7 +392,7 @@ class Behaviour:
         assert db.records() == 0
 
     def test_read_only(self, make_client: Callable[..., Post], db: Db) -> None:
-        client = make_client(read_only=True)
+        client = make_client(server_options=READ_ONLY)
         answer = self.post(client)
         _problem(answer, 503, "read-only")
         assert answer.headers["retry-after"] == "1"

@@ -21,6 +21,12 @@ DB = PREFIX
 DB_NOEXT = PREFIX + "_noext"
 DB_OLD = PREFIX + "_old"
 
+#: libpq ``options`` of the tests' other connections: read-only (as on a
+#: standby), and a stack of the server's smallest ``max_stack_depth`` (about
+#: 600 levels of JSON nesting, fewer than Python's parser takes)
+READ_ONLY = "-c default_transaction_read_only=on"
+SHALLOW_STACK = "-c max_stack_depth=100kB"
+
 SCHEMA = """
 CREATE EXTENSION idempotency;
 CREATE TABLE effects (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, k text NOT NULL);

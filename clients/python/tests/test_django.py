@@ -17,7 +17,7 @@ import django
 import pytest
 from django.conf import settings
 
-from conftest import DB, DB_NOEXT, DB_OLD, Db
+from conftest import DB, DB_NOEXT, DB_OLD, READ_ONLY, SHALLOW_STACK, Db
 
 _db = {"ENGINE": "django.db.backends.postgresql", "NAME": DB, "HOST": os.environ.get("PGHOST", ""),
        "PORT": os.environ.get("PGPORT", ""), "USER": os.environ.get("PGUSER", "")}
@@ -30,7 +30,8 @@ settings.configure(
     MIDDLEWARE=["pg_idempotency.django.IdempotencyMiddleware"],
     DATABASES={
         "default": _db,
-        "readonly": {**_db, "OPTIONS": {"options": "-c default_transaction_read_only=on"}},
+        "readonly": {**_db, "OPTIONS": {"options": READ_ONLY}},
+        "shallow": {**_db, "OPTIONS": {"options": SHALLOW_STACK}},
         "noext": {**_db, "NAME": DB_NOEXT},
         "old": {**_db, "NAME": DB_OLD},
     },
@@ -115,10 +116,10 @@ class TestDjango(Behaviour):
     def make_client(self) -> Iterator[Callable[..., Post]]:
         with contextlib.ExitStack() as stack:
 
-            def make(dbname: str = DB, read_only: bool = False, **options: Any) -> Post:
+            def make(dbname: str = DB, server_options: str | None = None, **options: Any) -> Post:
                 alias = {DB: "default", DB_NOEXT: "noext", DB_OLD: "old"}[dbname]
-                if read_only:
-                    alias = "readonly"
+                if server_options:
+                    alias = {READ_ONLY: "readonly", SHALLOW_STACK: "shallow"}[server_options]
                 conf = {"SCOPE": __name__ + ".scope", "DATABASE": alias, **{k.upper(): v for k, v in options.items()}}
                 stack.enter_context(override_settings(IDEMPOTENCY=conf))
                 client = Client(raise_request_exception=True)

@@ -49,10 +49,10 @@ async def effect(request: Request, conn: psycopg.AsyncConnection[Any]) -> Respon
     return response
 
 
-def build(dbname: str = DB, read_only: bool = False, **settings: Any) -> tuple[FastAPI, FastAPIIdempotency]:
+def build(dbname: str = DB, server_options: str | None = None, **settings: Any) -> tuple[FastAPI, FastAPIIdempotency]:
     kwargs: dict[str, Any] = {"autocommit": True}
-    if read_only:
-        kwargs["options"] = "-c default_transaction_read_only=on"
+    if server_options:
+        kwargs["options"] = server_options
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(conninfo(dbname), min_size=1, max_size=4, kwargs=kwargs, open=False)
     idem = FastAPIIdempotency(pool, IdempotencySettings(scope=scope, **settings))
 

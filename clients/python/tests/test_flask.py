@@ -34,10 +34,10 @@ def effect() -> Response:
     return Response(body, status=status, headers=headers)
 
 
-def build(stack: contextlib.ExitStack, dbname: str = DB, read_only: bool = False, **settings: Any) -> Flask:
+def build(stack: contextlib.ExitStack, dbname: str = DB, server_options: str | None = None, **settings: Any) -> Flask:
     kwargs: dict[str, Any] = {"autocommit": True}
-    if read_only:
-        kwargs["options"] = "-c default_transaction_read_only=on"
+    if server_options:
+        kwargs["options"] = server_options
     pool: ConnectionPool[Any] = ConnectionPool(conninfo(dbname), min_size=1, max_size=4, kwargs=kwargs, open=True)
     stack.callback(pool.close)
     app = Flask(__name__)

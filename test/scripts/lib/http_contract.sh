@@ -372,6 +372,7 @@ hc_contract() {
 	ex_check "a scope of 256 bytes (SQLSTATE 22023)" "$(hc_post token-long key-0 "$body")" 400
 	hc_problem invalid-request
 	ex_check "... the detail is the extension's message" "$(hc_json detail)" 'argument "scope" is too long'
+	hc_refused
 	ex_check "records after the 401s and 400s" "$(ex_value "SELECT count(*) FROM idem_keys")" 0
 
 	echo "== 400 bad-request: a body that is not a payment is a final answer, completed and replayed"
@@ -515,6 +516,52 @@ SQL
 	ex_check "records" "$(ex_value "SELECT string_agg(key || ':' || scope || ':' || CASE WHEN status IN ('processing', 'stuck') THEN 'unfinished' ELSE status END || ':' || coalesce(response_status::text, '-'), ' ' ORDER BY key, scope) FROM idem_keys")" \
 		"bad-1:acct-a:completed:400 bad-2:acct-a:completed:400 key-1:acct-a:completed:201 key-1:acct-b:completed:201 key-2:acct-a:completed:201 key-3:acct-a:unfinished:- key-4:acct-a:completed:402 key-5:acct-a:completed:201 key-6:acct-a:completed:201 key-7:acct-a:completed:201 storm-1:acct-storm:completed:201 storm-2:acct-storm:completed:201 storm-3:acct-storm:completed:201 storm-4:acct-storm:completed:201"
 	hc_log_on_failure
+}
+
+# Requests every demo takes that the server cannot read (doc/clients.md,
+# "Requests the server refuses"): 400 invalid-request with the server's
+# message, nothing reserved (counted by hc_contract)
+hc_refused() {
+	local pay='"order_id": "order-0", "amount": 100, "currency": "EUR"'
+	ex_check "\\u0000 in a string (SQLSTATE 22P05)" "$(hc_post token-a key-0 "{$pay, \"note\": \"a\\u0000b\"}")" 400
+	hc_problem invalid-request
+	ex_check "... the server's message" "$(hc_json detail)" "unsupported Unicode escape sequence"
+	ex_check "\\u0000 as a member name (SQLSTATE 22P05)" "$(hc_post token-a key-0 "{$pay, \"\\u0000\": 1}")" 400
+	hc_problem invalid-request
+	ex_check "a lone surrogate (SQLSTATE 22P02)" "$(hc_post token-a key-0 "{$pay, \"note\": \"\\ud800\"}")" 400
+	hc_problem invalid-request
+	ex_check "... the server's message" "$(hc_json detail)" "invalid input syntax for type json"
+	ex_check "a number beyond a double (SQLSTATE 22003)" "$(hc_post token-a key-0 "{$pay, \"note\": 1e400}")" 400
+	hc_problem invalid-request
+	ex_check "... the server's message" "$(hc_json detail)" "number 1e+400 is out of range for canonical JSON"
+	ex_check "a number beyond numeric (SQLSTATE 22003)" "$(hc_post token-a key-0 "{$pay, \"note\": 1e1000000}")" 400
+	hc_problem invalid-request
+	ex_check "... the server's message" "$(hc_json detail)" "value overflows numeric format"
+	# Go hands the byte to the server (22021), the others read it as Latin-1 (22023)
+	ex_check "a bare key with a byte that is not UTF-8 (SQLSTATE 22021 or 22023)" \
+		"$(hc_post token-a "$(printf 'key-\377')" "{$pay}")" 400
+	hc_problem invalid-request
+}
+
+# hc_shallow_stack: JSON nested 900 levels deep, which every library's
+# parser takes and the server's smallest stack (max_stack_depth 100kB, about
+# 600 levels) does not: 400 invalid-request (SQLSTATE 54001), nothing
+# reserved.  The demo is started again so that its connections have that
+# stack; it is stopped at the end.
+hc_shallow_stack() {
+	local deep
+	deep=$(printf '[%.0s' $(seq 900))$(printf ']%.0s' $(seq 900))
+	echo "== 400: nesting deeper than the server's stack (SQLSTATE 54001)"
+	ex_sql -c "ALTER ROLE idem_demo_app SET max_stack_depth = '100kB'"
+	hc_restart || return 1
+	ex_check "900 levels" \
+		"$(hc_post token-a key-deep "{\"order_id\": \"order-deep\", \"amount\": 100, \"currency\": \"EUR\", \"note\": $deep}")" 400
+	hc_problem invalid-request
+	ex_check "... the server's message" "$(hc_json detail)" "stack depth limit exceeded"
+	ex_check "records for key-deep" "$(hc_records key-deep)" 0
+	ex_check "payments for order-deep" "$(hc_payments order-deep)" 0
+	ex_sql -c "ALTER ROLE idem_demo_app RESET max_stack_depth"
+	hc_stop
 }
 
 # A crash between the effect and the answer.  A deferred trigger holds the

@@ -29,7 +29,8 @@ def parse_json(data: bytes | str) -> tuple[bool, Any]:
     """Parse UTF-8 JSON text: ``(True, value)``, or ``(False, None)`` when it is not JSON.
 
     ``NaN`` and ``Infinity`` (which Python's :mod:`json` accepts) are refused,
-    as PostgreSQL's ``jsonb`` refuses them.
+    as PostgreSQL's ``jsonb`` refuses them; so is text nested deeper than
+    :mod:`json` goes (the recursion limit, about 1000 levels).
     """
     if isinstance(data, bytes):
         try:
@@ -40,7 +41,7 @@ def parse_json(data: bytes | str) -> tuple[bool, Any]:
         text = data
     try:
         return True, _decoder.decode(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False, None
 
 

@@ -86,9 +86,17 @@ DEFAULT_MAPPING: Mapping[str, Problem] = MappingProxyType(
 )
 
 #: The problem code of each SQLSTATE with its own row; any other is ``internal-error``.
+#: ``22P02``, ``22P05``, ``22003``, ``22021`` and ``54001`` are the server refusing
+#: the request document or the key as it reads them (doc/clients.md, "Requests
+#: the server refuses").
 SQLSTATE_CODES: Mapping[str, str] = MappingProxyType(
     {
         "22023": "invalid-request",
+        "22P02": "invalid-request",
+        "22P05": "invalid-request",
+        "22003": "invalid-request",
+        "22021": "invalid-request",
+        "54001": "invalid-request",
         "25006": "read-only",
         "40001": "retry",
         "40P01": "retry",

@@ -2,12 +2,16 @@ package io.github.pgidempotency;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 
 import com.fasterxml.jackson.core.JsonProcessingException;
 import com.fasterxml.jackson.core.json.JsonReadFeature;
+import com.fasterxml.jackson.core.json.JsonWriteFeature;
 import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.ObjectWriter;
 import com.fasterxml.jackson.databind.json.JsonMapper;
 import com.fasterxml.jackson.databind.cfg.JsonNodeFeature;
 
@@ -23,12 +27,16 @@ final class Json {
 	private Json() {
 	}
 
-	/** The value of a JSON text, or null where it is not one. */
+	/**
+	 * The value of a JSON text in UTF-8, or null where it is not one: bytes
+	 * that are not UTF-8 are not JSON (Jackson would read UTF-16 and skip a
+	 * BOM, which no other language's library does).
+	 */
 	static JsonNode parseOrNull(byte[] text) {
 		if (text == null || text.length == 0)
 			return null;
 		try {
-			return MAPPER.readTree(text);
+			return MAPPER.readTree(StandardCharsets.UTF_8.newDecoder().decode(ByteBuffer.wrap(text)).toString());
 		} catch (IOException e) {
 			return null;
 		}
@@ -47,6 +55,22 @@ final class Json {
 	static String text(JsonNode node) {
 		try {
 			return MAPPER.writeValueAsString(node);
+		} catch (JsonProcessingException e) {
+			throw new UncheckedIOException(e);
+		}
+	}
+
+	private static final ObjectWriter ASCII = MAPPER.writer().with(JsonWriteFeature.ESCAPE_NON_ASCII);
+
+	/**
+	 * A JSON value as text of ASCII only: every other character escaped, so
+	 * that a lone surrogate reaches the server as the escape it was sent as
+	 * (which the server refuses, SQLSTATE 22P02, as it does from every other
+	 * language) rather than as the {@code ?} a UTF-8 encoder makes of it.
+	 */
+	static String asciiText(JsonNode node) {
+		try {
+			return ASCII.writeValueAsString(node);
 		} catch (JsonProcessingException e) {
 			throw new UncheckedIOException(e);
 		}

@@ -13,7 +13,7 @@ import java.util.Map;
  * <pre>{@code
  * ProblemMapping mapping = ProblemMapping.defaults().toBuilder()
  *     .status(ProblemCode.IN_PROGRESS, 429)
- *     .sqlState("22003", ProblemCode.INVALID_REQUEST)
+ *     .sqlState("57014", ProblemCode.RETRY)
  *     .build();
  * }</pre>
  */
@@ -50,6 +50,13 @@ public final class ProblemMapping {
 		.entry(ProblemCode.UNSUPPORTED_ENVELOPE, 500, false)
 		.entry(ProblemCode.INTERNAL_ERROR, 500, false)
 		.sqlState("22023", ProblemCode.INVALID_REQUEST)
+		// the server refusing the request document or the key as it reads
+		// them (doc/clients.md, "Requests the server refuses")
+		.sqlState("22P02", ProblemCode.INVALID_REQUEST)
+		.sqlState("22P05", ProblemCode.INVALID_REQUEST)
+		.sqlState("22003", ProblemCode.INVALID_REQUEST)
+		.sqlState("22021", ProblemCode.INVALID_REQUEST)
+		.sqlState("54001", ProblemCode.INVALID_REQUEST)
 		.sqlState("ID003", ProblemCode.IN_PROGRESS)
 		.sqlState("ID004", ProblemCode.MISMATCH)
 		.sqlState("ID005", ProblemCode.STUCK)

@@ -52,7 +52,7 @@ public final class RequestDocument {
 		} else if (body != null && body.length > 0) {
 			doc.put("body_base64", Base64.getEncoder().encodeToString(body));
 		}
-		return Json.text(doc);
+		return Json.asciiText(doc);
 	}
 
 	/**

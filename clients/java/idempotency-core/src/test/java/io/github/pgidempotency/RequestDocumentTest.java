@@ -35,9 +35,31 @@ class RequestDocumentTest {
 		// JSON content type that does not parse
 		assertEquals("{\"method\":\"POST\",\"path\":\"/p\",\"body_base64\":\"eyJh\"}",
 			RequestDocument.build("POST", "/p", "application/json", b("{\"a"), List.of()));
+		// JSON that is not UTF-8 (a byte; UTF-16), or begins with a BOM, as the other languages take it
+		assertEquals("{\"method\":\"POST\",\"path\":\"/p\",\"body_base64\":\"eyJhIjoi/yJ9\"}",
+			RequestDocument.build("POST", "/p", "application/json",
+				new byte[] {'{', '"', 'a', '"', ':', '"', (byte) 0xff, '"', '}'}, List.of()));
+		assertEquals("{\"method\":\"POST\",\"path\":\"/p\",\"body_base64\":\"AFsAXQ==\"}",
+			RequestDocument.build("POST", "/p", "application/json", "[]".getBytes(StandardCharsets.UTF_16BE), List.of()));
+		assertEquals("{\"method\":\"POST\",\"path\":\"/p\",\"body_base64\":\"77u/e30=\"}",
+			RequestDocument.build("POST", "/p", "application/json",
+				new byte[] {(byte) 0xef, (byte) 0xbb, (byte) 0xbf, '{', '}'}, List.of()));
 		// JSON that is not sent as JSON
 		assertEquals("{\"method\":\"POST\",\"path\":\"/p\",\"body_base64\":\"e30=\"}",
 			RequestDocument.build("POST", "/p", null, b("{}"), List.of()));
+	}
+
+	@Test
+	void documentIsAsciiSoThatALoneSurrogateReachesTheServerAsItsEscape() {
+		String doc = RequestDocument.build("POST", "/caf\u00e9", "application/json",
+			b("{\"a\": \"\\ud800\", \"b\": \"\u00e9\u20ac\ud83d\ude00\"}"), List.of("/a", "/b"));
+		assertEquals("{\"method\":\"POST\",\"path\":\"/caf\\u00E9\",\"body\":{\"/a\":\"\\uD800\","
+			+ "\"/b\":\"\\u00E9\\u20AC\\uD83D\\uDE00\"}}", doc);
+		// the same characters, the same fingerprint as the UTF-8 text
+		assertEquals(hash("{\"method\": \"POST\", \"path\": \"/caf\u00e9\", \"body\": {\"/a\": null, "
+			+ "\"/b\": \"\u00e9\u20ac\ud83d\ude00\"}}"),
+			hash(RequestDocument.build("POST", "/caf\u00e9", "application/json",
+				b("{\"b\": \"\u00e9\u20ac\ud83d\ude00\"}"), List.of("/a", "/b"))));
 	}
 
 	@Test

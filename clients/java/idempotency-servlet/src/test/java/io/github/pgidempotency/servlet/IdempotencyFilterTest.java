@@ -36,6 +36,8 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 /** The filter in a real servlet container (embedded Tomcat), against the real extension. */
 class IdempotencyFilterTest {
@@ -328,6 +330,25 @@ class IdempotencyFilterTest {
 		assertEquals(400, bad.statusCode());
 		assertTrue(bad.body().contains("\"code\":\"invalid-request\""));
 		assertEquals(1, effects());
+	}
+
+	/** Bodies the server cannot read (doc/clients.md, "Requests the server refuses"): 400 invalid-request. */
+	@ParameterizedTest
+	@CsvSource(delimiter = '|', textBlock = """
+		{"order_id": "o-1", "x": "a\\u0000b"}   | unsupported Unicode escape sequence
+		{"order_id": "o-1", "\\u0000": 1}       | unsupported Unicode escape sequence
+		{"order_id": "o-1", "x": "\\ud800"}     | invalid input syntax for type json
+		{"order_id": "o-1", "amount": 1e400}    | number 1e+400 is out of range for canonical JSON
+		{"order_id": "o-1", "amount": 1e1000000} | value overflows numeric format
+		""")
+	void requestsTheServerRefusesAre400InvalidRequest(String body, String message) throws Exception {
+		HttpResponse<String> r = pay("/payments", body, "token-a");
+		assertEquals(400, r.statusCode(), r.body());
+		assertEquals("application/problem+json", r.headers().firstValue("Content-Type").orElse(null));
+		assertTrue(r.body().contains("\"code\":\"invalid-request\""), r.body());
+		assertTrue(r.body().contains("\"detail\":\"" + message + "\""), r.body());
+		assertEquals(0, effects());
+		assertEquals(0, records());
 	}
 
 	@Test

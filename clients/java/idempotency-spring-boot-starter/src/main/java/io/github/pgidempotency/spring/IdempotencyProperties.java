@@ -21,7 +21,7 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
  * idempotency.retryable-statuses=5xx,408,429
  * idempotency.retry-after=2
  * idempotency.mapping.in-progress.status=429
- * idempotency.sql-states.22003=invalid-request
+ * idempotency.sql-states.57014=retry
  * </pre>
  */
 @ConfigurationProperties(prefix = "idempotency")
@@ -47,7 +47,7 @@ public class IdempotencyProperties {
 	/** Changes to the mapping table, by problem code (in-progress, read-only, ...). */
 	private Map<String, Mapping> mapping = new LinkedHashMap<>();
 
-	/** More SQLSTATEs mapped to a problem code (22003=invalid-request). */
+	/** More SQLSTATEs mapped to a problem code (57014=retry: a statement timeout). */
 	private Map<String, String> sqlStates = new LinkedHashMap<>();
 
 	/** Whether start-up checks that the extension is installed at version 0.2.0 or later. */

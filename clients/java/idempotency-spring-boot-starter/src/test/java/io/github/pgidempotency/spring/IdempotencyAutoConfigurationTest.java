@@ -66,7 +66,7 @@ class IdempotencyAutoConfigurationTest {
 		runner.withUserConfiguration(WithScope.class, Payments.class)
 			.withPropertyValues("idempotency.mapping.in-progress.status=429", "idempotency.retry-after=3",
 				"idempotency.replay-headers=Content-Type,Location,ETag", "idempotency.retryable-statuses=5xx",
-				"idempotency.ttl=2h", "idempotency.sql-states.22003=invalid-request")
+				"idempotency.ttl=2h", "idempotency.sql-states.57014=retry")
 			.run(ctx -> {
 				assertThat(ctx).hasNotFailed();
 				assertThat(ctx).hasSingleBean(IdempotencyEngine.class).hasSingleBean(FilterRegistrationBean.class);
@@ -78,7 +78,7 @@ class IdempotencyAutoConfigurationTest {
 				assertThat(s.retryableStatuses().contains(503)).isTrue();
 				assertThat(s.retryableStatuses().contains(429)).isFalse();
 				assertThat(s.ttl()).hasHours(2);
-				assertThat(s.mapping().forSqlState("22003")).isEqualTo(ProblemCode.INVALID_REQUEST);
+				assertThat(s.mapping().forSqlState("57014")).isEqualTo(ProblemCode.RETRY);
 				assertThat(ctx.getBean(IdempotencyVersionCheck.class).version()).isNotNull();
 			});
 	}

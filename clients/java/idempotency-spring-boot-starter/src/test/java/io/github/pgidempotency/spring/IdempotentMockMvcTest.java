@@ -10,10 +10,15 @@ import static org.springframework.test.web.servlet.result.MockMvcResultMatchers.
 import static org.springframework.test.web.servlet.result.MockMvcResultMatchers.status;
 
 import java.util.UUID;
+import java.util.stream.Stream;
 
 import io.github.pgidempotency.spring.app.TestApplication;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+import org.junit.jupiter.params.provider.ValueSource;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.test.autoconfigure.web.servlet.AutoConfigureMockMvc;
 import org.springframework.boot.test.context.SpringBootTest;
@@ -115,6 +120,46 @@ class IdempotentMockMvcTest {
 			.andExpect(status().isBadRequest()).andExpect(jsonPath("$.code").value("invalid-request"))
 			.andExpect(jsonPath("$.detail").value(org.hamcrest.Matchers.containsString("argument \"key\"")));
 		assertEquals(0, effects());
+	}
+
+	/**
+	 * JSON values every library takes that the server cannot read
+	 * (doc/clients.md, "Requests the server refuses"), and its message.
+	 */
+	static Stream<Arguments> refusedValues() {
+		return Stream.of(
+			Arguments.of("\"a\\u0000b\"", "unsupported Unicode escape sequence"),
+			Arguments.of("{\"\\u0000\": 1}", "unsupported Unicode escape sequence"),
+			Arguments.of("\"\\ud800\"", "invalid input syntax for type json"),
+			Arguments.of("1e400", "number 1e+400 is out of range for canonical JSON"),
+			Arguments.of("1e1000000", "value overflows numeric format"));
+	}
+
+	@ParameterizedTest
+	@MethodSource("refusedValues")
+	void requestsTheServerRefusesAre400InvalidRequest(String value, String message) throws Exception {
+		// in the whole body, and in the member a subset fingerprints
+		for (String[] request : new String[][] {{"/payments", "{\"order_id\": \"o-1\", \"x\": " + value + "}"},
+			{"/subset", "{\"order_id\": " + value + "}"}}) {
+			mvc.perform(pay(request[0], request[1], "token-a"))
+				.andExpect(status().isBadRequest())
+				.andExpect(content().contentType("application/problem+json"))
+				.andExpect(jsonPath("$.code").value("invalid-request"))
+				.andExpect(jsonPath("$.detail").value(message));
+		}
+		assertEquals(0, effects());
+		assertEquals(0, records());
+	}
+
+	@ParameterizedTest
+	@ValueSource(strings = {"22P02", "22P05", "22003", "22021", "54001"})
+	void theirSqlStatesFromTheHandlersOwnSqlToo(String state) throws Exception {
+		mvc.perform(pay("/payments/sqlstate/" + state, BODY, "token-a"))
+			.andExpect(status().isBadRequest())
+			.andExpect(jsonPath("$.code").value("invalid-request"))
+			.andExpect(jsonPath("$.detail").value("secret text"));
+		assertEquals(0, effects());
+		assertEquals(0, records());
 	}
 
 	@Test

@@ -9,6 +9,7 @@ import org.springframework.http.MediaType;
 import org.springframework.http.ResponseEntity;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
+import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.PostMapping;
 import org.springframework.web.bind.annotation.RequestBody;
 import org.springframework.web.bind.annotation.RequestHeader;
@@ -39,6 +40,17 @@ public class PaymentController {
 	@Idempotent
 	ResponseEntity<String> fail(@RequestHeader("Idempotency-Key") String key, @RequestBody String body) {
 		service.insertAndFail(key, body);
+		return ResponseEntity.ok("unreachable");
+	}
+
+	@PostMapping("/payments/sqlstate/{state}")
+	@Idempotent
+	ResponseEntity<String> sqlState(@RequestHeader("Idempotency-Key") String key, @PathVariable String state,
+		@RequestBody String body) {
+		if (!state.matches("[0-9A-Z]{5}"))
+			throw new IllegalArgumentException("not an SQLSTATE");
+		service.insert(key, body);
+		jdbc.execute("DO $$ BEGIN RAISE EXCEPTION 'secret text' USING ERRCODE = '" + state + "'; END $$");
 		return ResponseEntity.ok("unreachable");
 	}
 
