@@ -148,6 +148,26 @@ export interface Answer {
   problem?: ProblemCode;
 }
 
+/**
+ * What a framework integration gives the handler of a request it reserved:
+ * Express's `req.idempotency` (and `res.locals.idempotency`), Fastify's
+ * `request.idempotency`.
+ */
+export interface IdempotencyContext {
+  /** The client of the request's transaction: run the handler's SQL on it; do not release it or COMMIT. */
+  readonly client: PoolClient;
+  /** The key (unquoted). */
+  readonly key: string;
+  /** The principal the scope function returned. */
+  readonly scope: string;
+  /** The operation. */
+  readonly operation: string;
+  /** The open transaction. */
+  readonly transaction: IdempotencyTransaction;
+  /** @internal The error the request failed with, which makes the transaction roll back. */
+  error?: unknown;
+}
+
 /** A request whose handler runs, holding its transaction. */
 export interface Started {
   kind: 'new';

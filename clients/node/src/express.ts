@@ -17,28 +17,13 @@
  */
 
 import type { ErrorRequestHandler, NextFunction, Request, RequestHandler, Response } from 'express';
-import type { PoolClient } from 'pg';
-import { type Answer, Idempotency, type IdempotencyOptions, type IdempotencyTransaction, type ResolvedRoute, resolveRoute, type RouteOptions } from './core.js';
+import { type Answer, Idempotency, type IdempotencyContext, type IdempotencyOptions, type ResolvedRoute, resolveRoute, type RouteOptions } from './core.js';
 import type { CapturedResponse } from './envelope.js';
 import { FingerprintError, type FingerprintRequest, type RequestBody, requestBody, requestDocument } from './fingerprint.js';
 import { BodyTooLargeError, captureResponse, readBody, sendResponse } from './http.js';
 import { headerFields } from './key.js';
 
-/** What the middleware gives the handler of a request it reserved, as `req.idempotency` and `res.locals.idempotency`. */
-export interface IdempotencyContext {
-  /** The client of the request's transaction: run the handler's SQL on it; do not release it or COMMIT. */
-  readonly client: PoolClient;
-  /** The key (unquoted). */
-  readonly key: string;
-  /** The principal the scope function returned. */
-  readonly scope: string;
-  /** The operation. */
-  readonly operation: string;
-  /** The open transaction. */
-  readonly transaction: IdempotencyTransaction;
-  /** @internal The error the error handler saw, which makes the transaction roll back. */
-  error?: unknown;
-}
+export type { IdempotencyContext } from './core.js';
 
 declare global {
   // eslint-disable-next-line @typescript-eslint/no-namespace

@@ -22,28 +22,14 @@
 import { Readable } from 'node:stream';
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest, onSendHookHandler, preHandlerAsyncHookHandler, preParsingAsyncHookHandler, RouteOptions as FastifyRouteOptions } from 'fastify';
 import fp from 'fastify-plugin';
-import type { PoolClient } from 'pg';
-import { type Answer, Idempotency, type IdempotencyOptions, type IdempotencyTransaction, type ResolvedRoute, resolveRoute, type RouteOptions } from './core.js';
+import { type Answer, Idempotency, type IdempotencyContext, type IdempotencyOptions, type ResolvedRoute, resolveRoute, type RouteOptions } from './core.js';
 import type { CapturedResponse } from './envelope.js';
 import { headerString } from './envelope.js';
 import { FingerprintError, requestBody, requestDocument } from './fingerprint.js';
 import { headerFields } from './key.js';
 
-/** What the plugin gives the handler of a request it reserved, as `request.idempotency`. */
-export interface FastifyIdempotencyContext {
-  /** The client of the request's transaction: run the handler's SQL on it; do not release it or COMMIT. */
-  readonly client: PoolClient;
-  /** The key (unquoted). */
-  readonly key: string;
-  /** The principal the scope function returned. */
-  readonly scope: string;
-  /** The operation. */
-  readonly operation: string;
-  /** The open transaction. */
-  readonly transaction: IdempotencyTransaction;
-  /** @internal The error the route failed with, which makes the transaction roll back. */
-  error?: unknown;
-}
+/** What the plugin gives the handler of a request it reserved, as `request.idempotency`: the same {@link IdempotencyContext} as the Express middleware's. */
+export type FastifyIdempotencyContext = IdempotencyContext;
 
 /** The plugin's settings: {@link IdempotencyOptions} on Fastify requests. */
 export type FastifyIdempotencyOptions = IdempotencyOptions<FastifyRequest>;

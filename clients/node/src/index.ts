@@ -12,6 +12,7 @@ export {
   type Answer,
   defaultRetryable,
   Idempotency,
+  type IdempotencyContext,
   type IdempotencyOptions,
   IdempotencyTransaction,
   type ReserveParams,

@@ -23,17 +23,16 @@ that goes away does not stop the commit.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import psycopg
 from fastapi import Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from psycopg_pool import AsyncConnectionPool
 from starlette.responses import Response
 
-from .settings import IdempotencySettings
 from .starlette import _MARK, StarletteIdempotency, connection, idempotency_exempt, idempotent
 
 __all__ = ["FastAPIIdempotency", "IdempotencyConnection", "connection", "idempotency_exempt", "idempotent"]
@@ -50,15 +49,14 @@ class FastAPIIdempotency(StarletteIdempotency):
     rolled back and answered ``internal-error``.
     """
 
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        settings: IdempotencySettings,
-        *,
-        check: bool = True,
-        passthrough: tuple[type[BaseException], ...] = (),
-    ) -> None:
-        super().__init__(pool, settings, check=check, passthrough=(RequestValidationError, *passthrough))
+    framework_errors: ClassVar[tuple[type[BaseException], ...]] = (
+        RequestValidationError,
+        *StarletteIdempotency.framework_errors,
+    )
+
+    @functools.cached_property
+    def route_class(self) -> type[APIRoute]:
+        """The ``route_class`` of an ``APIRouter`` whose routes run in the request's transaction."""
         idem = self
 
         class IdempotentRoute(APIRoute):
@@ -68,5 +66,4 @@ class FastAPIIdempotency(StarletteIdempotency):
                 original = super().get_route_handler()
                 return idem.wrap(original, getattr(self.endpoint, _MARK, None), self.path_format)
 
-        #: The ``route_class`` of an ``APIRouter`` whose routes run in the request's transaction.
-        self.route_class: type[APIRoute] = IdempotentRoute
+        return IdempotentRoute

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import psycopg
 from flask import Flask, Response, g, make_response, request
@@ -81,6 +81,8 @@ class FlaskIdempotency(Idempotency):
     ``internal-error``.
     """
 
+    framework_errors: ClassVar[tuple[type[BaseException], ...]] = (HTTPException,)
+
     def __init__(
         self,
         pool: ConnectionPool[Any],
@@ -89,7 +91,7 @@ class FlaskIdempotency(Idempotency):
         *,
         passthrough: tuple[type[BaseException], ...] = (),
     ) -> None:
-        super().__init__(pool, settings, check=False, passthrough=(HTTPException, *passthrough))
+        super().__init__(pool, settings, check=False, passthrough=passthrough)
         if app is not None:
             self.init_app(app)
 

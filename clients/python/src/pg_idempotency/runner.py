@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
+from typing import Any, ClassVar, TypeVar, overload
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
@@ -66,6 +66,9 @@ class Idempotency:
     framework's HTTP errors) instead of being answered ``internal-error``.
     """
 
+    #: An integration's framework errors, always passed through (before ``passthrough``).
+    framework_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+
     def __init__(
         self,
         pool: ConnectionPool[Any],
@@ -76,7 +79,7 @@ class Idempotency:
     ) -> None:
         self.pool = pool
         self.settings = settings.validate()
-        self.passthrough = passthrough
+        self.passthrough = (*self.framework_errors, *passthrough)
         self.extension_version: str | None = None
         if check:
             self.check_version()
@@ -232,6 +235,8 @@ class AsyncIdempotency:
     away) does not cancel it, so it commits and the retry replays.
     """
 
+    framework_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+
     def __init__(
         self,
         pool: AsyncConnectionPool[Any],
@@ -242,7 +247,7 @@ class AsyncIdempotency:
     ) -> None:
         self.pool = pool
         self.settings = settings.validate()
-        self.passthrough = passthrough
+        self.passthrough = (*self.framework_errors, *passthrough)
         self.extension_version: str | None = None
         self._check = check
         self._tasks: set[asyncio.Task[Any]] = set()

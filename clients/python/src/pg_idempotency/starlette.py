@@ -22,17 +22,15 @@ stop the commit). FastAPI: :mod:`pg_idempotency.fastapi`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from .http import RequestData, ResponseData
 from .runner import AsyncIdempotency
-from .settings import IdempotencySettings
 
 __all__ = ["StarletteIdempotency", "connection", "idempotency_exempt", "idempotent", "to_response"]
 
@@ -116,15 +114,7 @@ class StarletteIdempotency(AsyncIdempotency):
     extension; otherwise the first request checks it.
     """
 
-    def __init__(
-        self,
-        pool: AsyncConnectionPool[Any],
-        settings: IdempotencySettings,
-        *,
-        check: bool = True,
-        passthrough: tuple[type[BaseException], ...] = (),
-    ) -> None:
-        super().__init__(pool, settings, check=check, passthrough=(HTTPException, *passthrough))
+    framework_errors: ClassVar[tuple[type[BaseException], ...]] = (HTTPException,)
 
     def wrap(
         self,
