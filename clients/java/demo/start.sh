@@ -5,7 +5,8 @@
 # to JDBC_URL, or without it to 127.0.0.1:$PGPORT/$PGDATABASE as $PGUSER.
 # The build uses Maven's repository under
 # ${IDEM_CLIENT_CACHE:-/var/tmp/idempotency-cache}/maven (offline when it is
-# warm) and keeps the jar in .../java-demo, so the tree may be read-only.
+# warm) and keeps the jar in .../java-demo/<hash of the sources>, so the tree
+# may be read-only and two trees sharing the cache each run their own.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -15,19 +16,17 @@ if ! mkdir -p "$cache/java-demo" "$cache/maven" 2>/dev/null || ! [ -w "$cache/ja
 	cache=${TMPDIR:-/tmp}/idempotency-cache-$(id -u)
 	mkdir -p "$cache/java-demo" "$cache/maven"
 fi
-out=$cache/java-demo
+hash=$(cd "$root" && find . -name target -prune -o -type f \
+	\( -name '*.java' -o -name pom.xml -o -name '*.imports' -o -name '*.properties' \) -print0 |
+	sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+out=$cache/java-demo/$hash
 jar=$out/idempotency-demo.jar
+mkdir -p "$out"
 
-stale() {
-	[ -s "$jar" ] || return 0
-	[ -n "$(find "$root" -name target -prune -o -type f -newer "$jar" \
-		\( -name '*.java' -o -name pom.xml -o -name '*.imports' -o -name '*.properties' \) -print -quit)" ]
-}
-
-if stale; then
+if ! [ -s "$jar" ]; then
 	exec 9>"$out/build.lock"
 	flock 9
-	if stale; then
+	if ! [ -s "$jar" ]; then
 		src=$(mktemp -d "${TMPDIR:-/tmp}/idem-java-demo.XXXXXX")
 		trap 'rm -rf "$src"' EXIT
 		cp -r "$root/pom.xml" "$root/idempotency-core" "$root/idempotency-servlet" \
