@@ -118,5 +118,9 @@ class DemoApplicationTest {
 						: header().string("Idempotent-Replayed", "true"));
 		}
 		assertEquals(2L, jdbc.queryForObject("SELECT count(*) FROM bench_effects WHERE k = ?", Long.class, order));
+		// both store the same envelope: the same work
+		assertEquals("2 1", jdbc.queryForObject("SELECT count(*) || ' ' || count(DISTINCT response - 'body') "
+			+ "FROM idem_keys WHERE key = ? AND response ->> 'v' = '1' AND response -> 'body' -> 'id' IS NOT NULL",
+			String.class, order));
 	}
 }
