@@ -30,10 +30,46 @@ func IsJSONMediaType(contentType string) bool {
 	return mt == "application/json" || (strings.Contains(mt, "/") && strings.HasSuffix(mt, "+json"))
 }
 
+// MaxBodyDepth is the deepest nesting of arrays and objects a body may have
+// and still be JSON to the library, the same in every language
+// (doc/clients.md, "The fingerprint"): a body nested deeper is bytes
+// (body_base64).
+const MaxBodyDepth = 256
+
 // isJSON reports whether a body of this content type is stored and
-// fingerprinted as JSON: the type says so and the bytes parse
+// fingerprinted as JSON: the type says so, the bytes parse, and they are
+// nested at most MaxBodyDepth levels deep
 func isJSON(contentType string, body []byte) bool {
-	return len(body) > 0 && IsJSONMediaType(contentType) && utf8.Valid(body) && json.Valid(body)
+	return len(body) > 0 && IsJSONMediaType(contentType) && utf8.Valid(body) && json.Valid(body) &&
+		!nestedDeeper(body, MaxBodyDepth)
+}
+
+// nestedDeeper reports whether valid JSON text has arrays and objects nested
+// more than limit levels deep
+func nestedDeeper(text []byte, limit int) bool {
+	depth := 0
+	inString, escaped := false, false
+	for _, c := range text {
+		switch {
+		case inString:
+			if escaped {
+				escaped = false
+			} else if c == '\\' {
+				escaped = true
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return false
 }
 
 // requestDocument is the document idem_reserve fingerprints

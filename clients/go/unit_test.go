@@ -1,10 +1,12 @@
 package idempotency
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -132,6 +134,10 @@ func TestValidatePointer(t *testing.T) {
 	}
 }
 
+// deep256 is JSON nested 256 levels deep (MaxBodyDepth), with a string
+// whose brackets and escaped quote do not count
+var deep256 = strings.Repeat(`[`, 255) + `{"s": "[{\"\\"}` + strings.Repeat(`]`, 255)
+
 func TestEnvelope(t *testing.T) {
 	allow := map[string]bool{"content-type": true, "location": true}
 	tests := []struct {
@@ -147,6 +153,10 @@ func TestEnvelope(t *testing.T) {
 			`{"v": 1, "headers": {"content-type": "text/plain"}, "body_base64": "aGkK"}`},
 		{"json type that does not parse", Response{200, http.Header{"Content-Type": {"application/json"}}, []byte("{")},
 			`{"v": 1, "headers": {"content-type": "application/json"}, "body_base64": "ew=="}`},
+		{"json nested 256 levels", Response{200, http.Header{"Content-Type": {"application/json"}}, []byte(deep256)},
+			`{"v": 1, "headers": {"content-type": "application/json"}, "body": ` + deep256 + `}`},
+		{"json nested 257 levels", Response{200, http.Header{"Content-Type": {"application/json"}}, []byte("[" + deep256 + "]")},
+			`{"v": 1, "headers": {"content-type": "application/json"}, "body_base64": "` + base64.StdEncoding.EncodeToString([]byte("["+deep256+"]")) + `"}`},
 		{"empty", Response{204, http.Header{}, nil}, `{"v": 1, "headers": {}}`},
 		{"several values", Response{200, http.Header{"Location": {"a", "b"}}, nil}, `{"v": 1, "headers": {"location": "a, b"}}`},
 	}

@@ -5,7 +5,7 @@
  * @module
  */
 
-import { isJsonContentType } from './fingerprint.js';
+import { isJsonContentType, MAX_BODY_DEPTH, nestedDeeperThan } from './fingerprint.js';
 
 /** The envelope version this library writes and the highest it reads. */
 export const ENVELOPE_VERSION = 1;
@@ -49,8 +49,7 @@ export function encodeEnvelope(headers: HeaderValues, body: Uint8Array, replayHe
     if (isJsonContentType(contentType)) {
       const text = bytes.toString('utf8');
       try {
-        JSON.parse(text);
-        json = text;
+        if (!nestedDeeperThan(JSON.parse(text), MAX_BODY_DEPTH)) json = text;
       } catch {
         // stored as bytes
       }

@@ -145,7 +145,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
     }
     if (request.rawBody !== undefined) {
       // give the handler the body, as express.json() / express.raw() would
-      req.body = body.kind === 'json' ? body.value : body.kind === 'bytes' ? body.bytes : undefined;
+      req.body = body.value !== undefined ? body.value : body.kind === 'bytes' ? body.bytes : undefined;
     }
     const operation = typeof route.operation === 'function'
       ? route.operation(req)

@@ -16,6 +16,29 @@ export function isJsonContentType(contentType: string | undefined | null): boole
   return /^[!#$%&'*+.^_`|~0-9a-z-]+\/[!#$%&'*+.^_`|~0-9a-z-]+\+json$/.test(media);
 }
 
+/**
+ * The deepest nesting of arrays and objects a body may have and still be
+ * JSON to the library, the same in every language (doc/clients.md, "The
+ * fingerprint"): a body nested deeper is bytes (`body_base64`).
+ */
+export const MAX_BODY_DEPTH = 256;
+
+/** True when a parsed value has arrays and objects nested more than `limit` levels deep. */
+export function nestedDeeperThan(value: unknown, limit: number): boolean {
+  if (value === null || typeof value !== 'object') return false;
+  const level: Array<[object, number]> = [[value, 1]];
+  for (let next = level.pop(); next !== undefined; next = level.pop()) {
+    const [container, depth] = next;
+    for (const member of Array.isArray(container) ? container : Object.values(container)) {
+      if (member !== null && typeof member === 'object') {
+        if (depth === limit) return true;
+        level.push([member as object, depth + 1]);
+      }
+    }
+  }
+  return false;
+}
+
 /** A parsed RFC 6901 JSON Pointer: its source text and reference tokens. */
 export interface JsonPointer {
   readonly source: string;
@@ -107,6 +130,18 @@ export class FingerprintNumberError extends FingerprintError {
   }
 }
 
+/**
+ * A body parsed before the middleware (`express.json()`) nested deeper than
+ * {@link MAX_BODY_DEPTH}: the library would hash such a body as its bytes,
+ * which the parser did not keep.
+ */
+export class FingerprintDepthError extends FingerprintError {
+  constructor() {
+    super(`The request body is JSON nested more than ${MAX_BODY_DEPTH} levels deep, and its bytes were not kept: give the route a raw body parser.`);
+    this.name = 'FingerprintDepthError';
+  }
+}
+
 /** JSON text of a parsed value, refusing the `Infinity` of a number out of range (not `null`, as `JSON.stringify` writes it). */
 function stringifyParsed(value: unknown): string {
   return JSON.stringify(value, (_key, member: unknown) => {
@@ -117,7 +152,11 @@ function stringifyParsed(value: unknown): string {
 
 /** The body of a request as the fingerprint sees it. */
 export interface RequestBody {
-  /** `json`: `text` is the JSON text and `value` its parsed value. */
+  /**
+   * `json`: `text` is the JSON text and `value` its parsed value. `bytes`:
+   * hashed as `bytes`; `value` is set where they are JSON nested deeper
+   * than {@link MAX_BODY_DEPTH}, which the handler gets parsed all the same.
+   */
   kind: 'json' | 'bytes' | 'empty';
   text?: string;
   value?: unknown;
@@ -130,6 +169,7 @@ const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
  * Classifies a request's body: JSON (it parses), other bytes, or empty.
  *
  * @throws FingerprintNumberError for a parsed body with a number beyond a double.
+ * @throws FingerprintDepthError for a parsed body nested deeper than {@link MAX_BODY_DEPTH}.
  */
 export function requestBody(request: FingerprintRequest): RequestBody {
   const json = isJsonContentType(request.contentType);
@@ -140,6 +180,7 @@ export function requestBody(request: FingerprintRequest): RequestBody {
       return requestBody({ ...request, rawBody: Buffer.from(value), parsedBody: undefined });
     }
     if (json && value !== undefined) {
+      if (nestedDeeperThan(value, MAX_BODY_DEPTH)) throw new FingerprintDepthError();
       return { kind: 'json', text: stringifyParsed(value), value };
     }
     return { kind: 'empty' };
@@ -154,7 +195,9 @@ export function requestBody(request: FingerprintRequest): RequestBody {
       // Parsed to check it is JSON; the document sends the text itself, so
       // that the server reads every number exactly as the client wrote it.
       const value: unknown = JSON.parse(text);
-      return { kind: 'json', text, value };
+      if (!nestedDeeperThan(value, MAX_BODY_DEPTH)) return { kind: 'json', text, value };
+      // hashed as bytes, and JSON to the handler all the same
+      return { kind: 'bytes', bytes, value };
     } catch {
       // not JSON after all: hashed as bytes
     }

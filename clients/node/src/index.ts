@@ -31,12 +31,15 @@ export {
 } from './envelope.js';
 export {
   evaluateJsonPointer,
+  FingerprintDepthError,
   FingerprintError,
   FingerprintNumberError,
   type FingerprintRequest,
   FingerprintSubsetError,
   isJsonContentType,
   type JsonPointer,
+  MAX_BODY_DEPTH,
+  nestedDeeperThan,
   parseJsonPointer,
   type RequestBody,
   requestBody,

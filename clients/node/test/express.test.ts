@@ -156,6 +156,23 @@ describe('the fingerprint', () => {
       .set('Content-Type', 'text/plain').send('hello').expect(400);
     assert.equal(r.body.code, 'invalid-request');
   });
+  it('256 levels of nesting are JSON; a body nested deeper is hashed as its bytes, and refused after express.json()', async () => {
+    const nested = (levels: number) => `{"note": "deep", "x": ${'['.repeat(levels - 1)}${']'.repeat(levels - 1)}}`;
+    const raw = (path: string, key: string, body: string) => supertest(app).post(path).set('Authorization', 'Bearer token-a')
+      .set('Idempotency-Key', key).set('Content-Type', 'application/json').send(body);
+    const hashed = (key: string, doc: string) => records(`key = '${key}' AND request_hash = idem_hash('${doc}'::jsonb)`);
+    await raw('/items', 'deep-256', nested(256)).expect(201);
+    assert.equal(await hashed('deep-256', `{"method": "POST", "path": "/items", "body": ${nested(256)}}`), 1);
+    await raw('/items', 'deep-257', nested(257)).expect(201);
+    assert.equal(await hashed('deep-257', `{"method": "POST", "path": "/items", "body_base64": "${Buffer.from(nested(257)).toString('base64')}"}`), 1);
+    // the handler gets both parsed
+    assert.equal(await db.count("SELECT count(*) FROM effects WHERE note = 'deep'"), 2);
+    const before = await effects();
+    const r = await raw('/parsed', 'deep-parsed', nested(257)).expect(400);
+    assert.equal(r.body.code, 'invalid-request');
+    assert.equal(await records("key = 'deep-parsed'"), 0);
+    assert.equal(await effects(), before);
+  });
   it('the whole body, member order and number spelling aside', async () => {
     await json('/items', 'f-1', { note: 'fp', n: 1 }).expect(201);
     assert.equal((await json('/items', 'f-1', { n: 1.0, note: 'fp' }).expect(201)).headers['idempotent-replayed'], 'true');

@@ -136,6 +136,15 @@ describe('the Fastify plugin', () => {
     assert.equal(r.statusCode, 400);
     assert.match(r.json().detail, /too long/);
   });
+  it('takes 256 levels of nesting as JSON and hashes a body nested deeper as its bytes', async () => {
+    const nested = (levels: number) => `{"note": "deep", "x": ${'['.repeat(levels - 1)}${']'.repeat(levels - 1)}}`;
+    const hashed = (key: string, doc: string) => records(`key = '${key}' AND request_hash = idem_hash('${doc}'::jsonb)`);
+    assert.equal((await post('/items', 'deep-256', nested(256))).statusCode, 201);
+    assert.equal(await hashed('deep-256', `{"method": "POST", "path": "/items", "body": ${nested(256)}}`), 1);
+    assert.equal((await post('/items', 'deep-257', nested(257))).statusCode, 201);
+    assert.equal(await hashed('deep-257', `{"method": "POST", "path": "/items", "body_base64": "${Buffer.from(nested(257)).toString('base64')}"}`), 1);
+    assert.equal(await effects('deep'), 2);
+  });
   refusedBodies.forEach(([label, body, message], i) => {
     it(`answers a request the server refuses with 400 invalid-request, reserving nothing: ${label}`, async () => {
       const r = await post('/items', `refused-${i}`, body);

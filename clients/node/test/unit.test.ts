@@ -91,6 +91,20 @@ describe('requestDocument', () => {
       [parseJsonPointer('/order_id'), parseJsonPointer('/missing')]));
     assert.deepEqual(doc.body, { '/order_id': 'o-1', '/missing': null });
   });
+  it('takes 256 levels of arrays and objects as JSON and hashes a body nested deeper as bytes, in every language', () => {
+    const nested = (levels: number) => `{"a": ${'['.repeat(levels - 1)}${']'.repeat(levels - 1)}}`;
+    const doc = (body: string) => requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', rawBody: Buffer.from(body) });
+    assert.equal(doc(nested(256)), `{"method":"POST","path":"/p","body":${nested(256)}}`);
+    for (const body of [nested(257), '['.repeat(100000) + ']'.repeat(100000)]) {
+      assert.equal(doc(body), `{"method":"POST","path":"/p","body_base64":"${Buffer.from(body).toString('base64')}"}`);
+    }
+    assert.throws(() => requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', rawBody: Buffer.from(nested(257)) },
+      [parseJsonPointer('/a')]), { name: 'FingerprintSubsetError' });
+    // a body parsed before the middleware has no bytes to hash
+    assert.throws(() => requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', parsedBody: { value: JSON.parse(nested(257)) } }),
+      { name: 'FingerprintDepthError' });
+    assert.match(requestDocument({ method: 'POST', path: '/p', contentType: 'application/json', parsedBody: { value: JSON.parse(nested(256)) } }), /"body":\{"a":\[/);
+  });
   it('refuses a subset on a body that is not JSON', () => {
     assert.throws(() => requestDocument({ method: 'POST', path: '/p', contentType: 'text/plain', rawBody: Buffer.from('x') }, [parseJsonPointer('/a')]),
       { name: 'FingerprintSubsetError' });
@@ -106,6 +120,15 @@ describe('the envelope', () => {
   });
   it('joins several values with ", "', () => {
     assert.deepEqual(JSON.parse(encodeEnvelope({ vary: ['a', 'b'] }, Buffer.alloc(0), new Set(['vary']))).headers, { vary: 'a, b' });
+  });
+  it('stores a JSON body nested more than 256 levels deep as base64, and reads an envelope of one at the limit', () => {
+    const nested = (levels: number) => Buffer.from(`{"a": ${'['.repeat(levels - 1)}${']'.repeat(levels - 1)}}`);
+    const json = { 'content-type': 'application/json' };
+    const atLimit = encodeEnvelope(json, nested(256), allow);
+    assert.ok('body' in JSON.parse(atLimit));
+    const beyond = JSON.parse(encodeEnvelope(json, nested(257), allow));
+    assert.equal(beyond.body_base64, nested(257).toString('base64'));
+    assert.equal(beyond.body, undefined);
   });
   it('stores other bodies as base64, and no body for an empty one', () => {
     assert.deepEqual(JSON.parse(encodeEnvelope({ 'content-type': 'image/png' }, Buffer.from([0, 255]), allow)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from decimal import Decimal
 from typing import Any
 
@@ -15,6 +16,7 @@ from pg_idempotency import (
     ExtensionVersionError,
     Idempotency,
     IdempotencySettings,
+    InvalidFingerprint,
     InvalidKey,
     RequestData,
     ResponseData,
@@ -69,6 +71,29 @@ def test_request_document() -> None:
                               ["/a/b~1c/1", "/d~0", "/x", "/a/b~1c/01", ""])
     assert subset == ('{"method": "POST", "path": "/p", "body": {"/a/b~1c/1": 6, "/d~0": 1, "/x": null, '
                       '"/a/b~1c/01": null, "": {"a": {"b/c": [5, 6]}, "d~": 1}}}')
+
+
+def _nested(levels: int) -> bytes:
+    return b'{"a": ' + b"[" * (levels - 1) + b"]" * (levels - 1) + b"}"
+
+
+def test_nesting_limit() -> None:
+    # 256 levels of arrays and objects are JSON, 257 are bytes, in every
+    # language (doc/clients.md); 5000 too, which Python's json parses since 3.12
+    at_limit, beyond, far = _nested(256), _nested(257), b"[" * 5000 + b"]" * 5000
+    assert request_document("POST", "/p", "application/json", at_limit).endswith(', "body": ' + at_limit.decode() + "}")
+    for body in (beyond, far):
+        assert request_document("POST", "/p", "application/json", body).endswith(
+            ', "body_base64": "' + base64.b64encode(body).decode() + '"}')
+    # a subset needs a JSON body
+    with pytest.raises(InvalidFingerprint):
+        request_document("POST", "/p", "application/json", beyond, ["/a"])
+    # a response body alike: JSON up to 256 levels, stored as bytes beyond,
+    # and an envelope of a body at the limit (257 levels) is read back
+    for body, key in ((at_limit, '"body": '), (beyond, '"body_base64": ')):
+        text = build_envelope(ResponseData(201, [("Content-Type", "application/json")], body), {"content-type"})
+        assert key in text
+        assert read_envelope(201, text).body == body
 
 
 def test_settings_refuse_bad_pointers() -> None:

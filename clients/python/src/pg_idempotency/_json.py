@@ -11,7 +11,12 @@ import json
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["parse_json", "dump_json"]
+__all__ = ["MAX_BODY_DEPTH", "parse_json", "dump_json"]
+
+#: The deepest nesting of arrays and objects a body may have and still be
+#: JSON to the library, the same in every language (doc/clients.md, "The
+#: fingerprint"): a body nested deeper is bytes (``body_base64``).
+MAX_BODY_DEPTH = 256
 
 
 class _NotJson(ValueError):
@@ -25,12 +30,29 @@ def _reject_constant(name: str) -> Any:
 _decoder = json.JSONDecoder(parse_float=Decimal, parse_constant=_reject_constant)
 
 
-def parse_json(data: bytes | str) -> tuple[bool, Any]:
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether a parsed value has arrays and objects nested more than ``limit`` levels deep."""
+    level: list[tuple[Any, int]] = [(value, 1)]
+    while level:
+        container, depth = level.pop()
+        members = container.values() if isinstance(container, dict) else container
+        for member in members:
+            if isinstance(member, (dict, list)):
+                if depth == limit:
+                    return True
+                level.append((member, depth + 1))
+    return False
+
+
+def parse_json(data: bytes | str, max_depth: int | None = None) -> tuple[bool, Any]:
     """Parse UTF-8 JSON text: ``(True, value)``, or ``(False, None)`` when it is not JSON.
 
     ``NaN`` and ``Infinity`` (which Python's :mod:`json` accepts) are refused,
-    as PostgreSQL's ``jsonb`` refuses them; so is text nested deeper than
-    :mod:`json` goes (the recursion limit, about 1000 levels).
+    as PostgreSQL's ``jsonb`` refuses them. With ``max_depth``, so is text
+    whose arrays and objects are nested more than ``max_depth`` levels deep
+    (:mod:`json` itself goes about 1000 levels before Python 3.12, and
+    further since), so that every Python, and every language, draws the line
+    at the same depth.
     """
     if isinstance(data, bytes):
         try:
@@ -40,9 +62,12 @@ def parse_json(data: bytes | str) -> tuple[bool, Any]:
     else:
         text = data
     try:
-        return True, _decoder.decode(text)
+        value = _decoder.decode(text)
     except (ValueError, RecursionError):
         return False, None
+    if max_depth is not None and isinstance(value, (dict, list)) and _nested_deeper(value, max_depth):
+        return False, None
+    return True, value
 
 
 def dump_json(value: Any) -> str:

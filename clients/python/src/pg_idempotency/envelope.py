@@ -15,7 +15,7 @@ import json
 from collections.abc import Collection
 from typing import Any
 
-from ._json import dump_json, parse_json
+from ._json import MAX_BODY_DEPTH, dump_json, parse_json
 from .fingerprint import is_json_media_type
 from .http import ResponseData
 
@@ -46,7 +46,7 @@ def build_envelope(response: ResponseData, replay_headers: Collection[str]) -> s
     text = '{"v": ' + str(ENVELOPE_VERSION) + ', "headers": ' + json.dumps(headers, ensure_ascii=False)
     body = response.body
     if body:
-        if is_json_media_type(response.header("content-type")) and parse_json(body)[0]:
+        if is_json_media_type(response.header("content-type")) and parse_json(body, MAX_BODY_DEPTH)[0]:
             return text + ', "body": ' + body.decode("utf-8") + "}"
         return text + ', "body_base64": "' + base64.b64encode(body).decode("ascii") + '"}'
     return text + "}"

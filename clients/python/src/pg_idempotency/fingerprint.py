@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ._json import dump_json, parse_json
+from ._json import MAX_BODY_DEPTH, dump_json, parse_json
 
 __all__ = [
     "InvalidFingerprint",
@@ -96,7 +96,7 @@ def request_document(
     head = '{"method": ' + json.dumps(method.upper()) + ', "path": ' + json.dumps(path, ensure_ascii=False)
     is_json, value = (False, None)
     if body and is_json_media_type(content_type):
-        is_json, value = parse_json(body)
+        is_json, value = parse_json(body, MAX_BODY_DEPTH)
     if fingerprint is not None:
         if not is_json:
             raise InvalidFingerprint("A fingerprint subset needs a JSON request body.")

@@ -5,7 +5,9 @@ import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 
+import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.StreamReadConstraints;
 import com.fasterxml.jackson.core.json.JsonReadFeature;
 import com.fasterxml.jackson.core.json.JsonWriteFeature;
 import com.fasterxml.jackson.databind.DeserializationFeature;
@@ -17,12 +19,28 @@ import com.fasterxml.jackson.databind.cfg.JsonNodeFeature;
 
 /** The strict JSON reader and writer the library uses (RFC 8259, exact numbers). */
 final class Json {
-	static final ObjectMapper MAPPER = JsonMapper.builder()
-		.disable(JsonNodeFeature.STRIP_TRAILING_BIGDECIMAL_ZEROES)
-		.enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS)
-		.enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
-		.disable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS)
-		.build();
+	/**
+	 * The deepest nesting of arrays and objects a body may have and still be
+	 * JSON to the library, the same in every language (doc/clients.md, "The
+	 * fingerprint"): a body nested deeper is bytes ({@code body_base64}).
+	 */
+	static final int MAX_BODY_DEPTH = 256;
+
+	static final ObjectMapper MAPPER = mapper(JsonFactory.builder().build());
+
+	/** {@link #MAPPER}, reading at most {@link #MAX_BODY_DEPTH} levels */
+	private static final ObjectMapper BODY_MAPPER = mapper(JsonFactory.builder()
+		.streamReadConstraints(StreamReadConstraints.builder().maxNestingDepth(MAX_BODY_DEPTH).build())
+		.build());
+
+	private static ObjectMapper mapper(JsonFactory factory) {
+		return JsonMapper.builder(factory)
+			.disable(JsonNodeFeature.STRIP_TRAILING_BIGDECIMAL_ZEROES)
+			.enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS)
+			.enable(DeserializationFeature.FAIL_ON_TRAILING_TOKENS)
+			.disable(JsonReadFeature.ALLOW_NON_NUMERIC_NUMBERS)
+			.build();
+	}
 
 	private Json() {
 	}
@@ -33,10 +51,22 @@ final class Json {
 	 * BOM, which no other language's library does).
 	 */
 	static JsonNode parseOrNull(byte[] text) {
+		return parseOrNull(MAPPER, text);
+	}
+
+	/**
+	 * A body's value as {@link #parseOrNull(byte[])} reads it, or null where
+	 * it is nested more than {@link #MAX_BODY_DEPTH} levels deep
+	 */
+	static JsonNode parseBodyOrNull(byte[] text) {
+		return parseOrNull(BODY_MAPPER, text);
+	}
+
+	private static JsonNode parseOrNull(ObjectMapper mapper, byte[] text) {
 		if (text == null || text.length == 0)
 			return null;
 		try {
-			return MAPPER.readTree(StandardCharsets.UTF_8.newDecoder().decode(ByteBuffer.wrap(text)).toString());
+			return mapper.readTree(StandardCharsets.UTF_8.newDecoder().decode(ByteBuffer.wrap(text)).toString());
 		} catch (IOException e) {
 			return null;
 		}

@@ -37,7 +37,7 @@ public final class RequestDocument {
 		ObjectNode doc = Json.MAPPER.createObjectNode();
 		doc.put("method", method.toUpperCase(Locale.ROOT));
 		doc.put("path", path);
-		JsonNode json = Json.isJsonMediaType(contentType) ? Json.parseOrNull(body) : null;
+		JsonNode json = Json.isJsonMediaType(contentType) ? Json.parseBodyOrNull(body) : null;
 		if (subset != null && !subset.isEmpty()) {
 			if (json == null)
 				throw new IdempotencyException(ProblemCode.INVALID_REQUEST,

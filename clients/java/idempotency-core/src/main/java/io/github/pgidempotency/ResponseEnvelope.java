@@ -39,7 +39,7 @@ public final class ResponseEnvelope {
 				headers.put(name, String.join(", ", values));
 		});
 		byte[] body = response.body();
-		JsonNode json = Json.isJsonMediaType(response.header("content-type")) ? Json.parseOrNull(body) : null;
+		JsonNode json = Json.isJsonMediaType(response.header("content-type")) ? Json.parseBodyOrNull(body) : null;
 		if (json != null)
 			env.set("body", json);
 		else if (body.length > 0)

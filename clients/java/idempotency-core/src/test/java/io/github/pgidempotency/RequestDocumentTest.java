@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
 import java.nio.charset.StandardCharsets;
+import java.util.Base64;
 import java.util.List;
 
 import org.junit.jupiter.api.Test;
@@ -26,6 +27,24 @@ class RequestDocumentTest {
 		assertEquals("{\"method\":\"POST\",\"path\":\"/payments\",\"body\":{\"order_id\":\"o-1\",\"amount\":100}}", doc);
 		assertEquals(doc, RequestDocument.build("POST", "/payments", "application/merge-patch+json",
 			b("{\"order_id\": \"o-1\", \"amount\": 100}"), List.of()));
+	}
+
+	/** {"a": [[...]]}, arrays and objects nested levels deep */
+	static String nested(int levels) {
+		return "{\"a\": " + "[".repeat(levels - 1) + "]".repeat(levels - 1) + "}";
+	}
+
+	@Test
+	void jsonNestedDeeperThan256LevelsIsBytesAsInEveryLanguage() {
+		assertEquals("{\"method\":\"POST\",\"path\":\"/p\",\"body\":" + nested(256).replace(" ", "") + "}",
+			RequestDocument.build("POST", "/p", "application/json", b(nested(256)), List.of()));
+		for (String body : List.of(nested(257), nested(5000)))
+			assertEquals("{\"method\":\"POST\",\"path\":\"/p\",\"body_base64\":\""
+				+ Base64.getEncoder().encodeToString(b(body)) + "\"}",
+				RequestDocument.build("POST", "/p", "application/json", b(body), List.of()));
+		IdempotencyException e = assertThrows(IdempotencyException.class,
+			() -> RequestDocument.build("POST", "/p", "application/json", b(nested(257)), List.of("/a")));
+		assertEquals(ProblemCode.INVALID_REQUEST, e.code());
 	}
 
 	@Test

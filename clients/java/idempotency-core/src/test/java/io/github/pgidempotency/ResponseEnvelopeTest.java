@@ -33,6 +33,22 @@ class ResponseEnvelopeTest {
 	}
 
 	@Test
+	void jsonBodyNestedDeeperThan256LevelsIsBase64AndOneAtTheLimitIsReadBack() {
+		Map<String, List<String>> json = Map.of("content-type", List.of("application/json"));
+		byte[] atLimit = RequestDocumentTest.nested(256).getBytes(StandardCharsets.UTF_8);
+		String env = ResponseEnvelope.encode(new CapturedResponse(200, json, atLimit), ALLOW);
+		assertEquals("{\"v\":1,\"headers\":{\"content-type\":\"application/json\"},\"body\":"
+			+ RequestDocumentTest.nested(256).replace(" ", "") + "}", env);
+		assertEquals(RequestDocumentTest.nested(256).replace(" ", ""),
+			new String(ResponseEnvelope.decode(200, env, RequestDocumentTest.nested(256).replace(" ", "")).body(), StandardCharsets.UTF_8));
+		byte[] beyond = RequestDocumentTest.nested(257).getBytes(StandardCharsets.UTF_8);
+		String deeper = ResponseEnvelope.encode(new CapturedResponse(200, json, beyond), ALLOW);
+		assertEquals("{\"v\":1,\"headers\":{\"content-type\":\"application/json\"},\"body_base64\":\""
+			+ java.util.Base64.getEncoder().encodeToString(beyond) + "\"}", deeper);
+		assertArrayEquals(beyond, ResponseEnvelope.decode(200, deeper, null).body());
+	}
+
+	@Test
 	void nonJsonBodyIsBase64() {
 		byte[] bytes = {0, 1, 2, (byte) 0xff};
 		CapturedResponse r = new CapturedResponse(200, Map.of("content-type", List.of("application/octet-stream")), bytes);
