@@ -8,6 +8,11 @@
 #   POST /bench/middleware   the package's middleware around the handler
 #   POST /bench/by-hand      idem_reserve, the INSERT and idem_complete
 #                            written by hand in one transaction, same pool
+#   POST /bench/by-hand-tx   where the demo has it (Java): the same in the
+#                            framework's own transaction (a Spring
+#                            TransactionTemplate and JdbcTemplate, which
+#                            the middleware's handler shares), measured
+#                            beside the others as a second baseline
 # wrk (Debian's package) drives both side by side in one run, in
 # interleaved rounds: new keys (a unique Idempotency-Key per request, from
 # bench/clients.lua) and replays (16 keys completed beforehand).  The table
@@ -60,7 +65,7 @@ bq() {
 
 # JDBC speaks TCP only and the cluster listens on its unix socket alone
 RELAY=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-socat "TCP-LISTEN:$RELAY,bind=127.0.0.1,reuseaddr,fork" "UNIX-CONNECT:$PGHOST/.s.PGSQL.$PGPORT" &
+socat "TCP-LISTEN:$RELAY,bind=127.0.0.1,reuseaddr,fork,nodelay" "UNIX-CONNECT:$PGHOST/.s.PGSQL.$PGPORT" &
 RELAY_PID=$!
 DEMO_PID=
 trap 'bench_rc=$?; set +e; [ -z "$DEMO_PID" ] || kill -KILL -- "-$DEMO_PID"; kill "$RELAY_PID"; exit $bench_rc' EXIT
@@ -130,12 +135,14 @@ echo "PostgreSQL $("$PGBIN/postgres" --version | awk '{print $3}'), $(nproc) cor
 	"wrk -t 2 -c $BENCH_CONNECTIONS -d ${BENCH_SECONDS}s per run, $BENCH_ROUNDS interleaved rounds," \
 	"medians; one POST = one transaction (reserve, INSERT, complete)."
 echo
-echo "| language | keys | by hand p50 | middleware p50 | p50 ratio | by hand p99 | middleware p99 | by hand req/s | middleware req/s |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| language | keys | by hand | by hand p50 | middleware p50 | p50 ratio | by hand p99 | middleware p99 | by hand req/s | middleware req/s |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for lang in $BENCH_LANGS; do
 	demo_start "$lang"
+	routes=(by-hand middleware)
+	[ "$(curl -sS -o /dev/null -w '%{http_code}' -X POST "$URL/bench/by-hand-tx")" = 404 ] || routes+=(by-hand-tx)
 	# the replays' keys, completed once through each route; one warm-up run each
-	for route in middleware by-hand; do
+	for route in "${routes[@]}"; do
 		for k in $(seq 0 15); do
 			curl -sS -o /dev/null -X POST -H 'Content-Type: application/json' \
 				-H 'Authorization: Bearer token-a' -H "Idempotency-Key: replay-$k" \
@@ -145,21 +152,23 @@ for lang in $BENCH_LANGS; do
 			-- new "warm-$lang-$route-$RANDOM" >/dev/null
 	done
 	for mode in new replay; do
-		# each side first in every other round
+		# the routes in turn, each one first in as many rounds as the others
 		for round in $(seq 1 "$BENCH_ROUNDS"); do
-			if [ $((round % 2)) = 1 ]; then
-				run_wrk "$lang-$mode-by-hand" /bench/by-hand "$mode"
-				run_wrk "$lang-$mode-middleware" /bench/middleware "$mode"
-			else
-				run_wrk "$lang-$mode-middleware" /bench/middleware "$mode"
-				run_wrk "$lang-$mode-by-hand" /bench/by-hand "$mode"
-			fi
+			n=${#routes[@]}
+			for i in $(seq 0 $((n - 1))); do
+				route=${routes[$(((i + round) % n))]}
+				run_wrk "$lang-$mode-$route" "/bench/$route" "$mode"
+			done
 		done
-		h=$lang-$mode-by-hand m=$lang-$mode-middleware
-		printf '| %s | %s | %s ms | %s ms | %s | %s ms | %s ms | %s | %s |\n' "$lang" "$mode" \
-			"$(median 1 "$h")" "$(median 1 "$m")" \
-			"$(awk -v a="$(median 1 "$m")" -v b="$(median 1 "$h")" 'BEGIN { printf "%.2f", a / b }')" \
-			"$(median 2 "$h")" "$(median 2 "$m")" "$(median 3 "$h")" "$(median 3 "$m")"
+		m=$lang-$mode-middleware
+		for route in "${routes[@]}"; do
+			[ "$route" = middleware ] && continue
+			h=$lang-$mode-$route
+			printf '| %s | %s | `%s` | %s ms | %s ms | %s | %s ms | %s ms | %s | %s |\n' "$lang" "$mode" "$route" \
+				"$(median 1 "$h")" "$(median 1 "$m")" \
+				"$(awk -v a="$(median 1 "$m")" -v b="$(median 1 "$h")" 'BEGIN { printf "%.2f", a / b }')" \
+				"$(median 2 "$h")" "$(median 2 "$m")" "$(median 3 "$h")" "$(median 3 "$m")"
+		done
 	done
 	demo_stop
 done

@@ -5,6 +5,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.util.Map;
 
 import javax.sql.DataSource;
 
@@ -14,6 +15,8 @@ import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.http.MediaType;
 import org.springframework.http.ResponseEntity;
 import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.transaction.PlatformTransactionManager;
+import org.springframework.transaction.support.TransactionTemplate;
 import org.springframework.web.bind.annotation.PostMapping;
 import org.springframework.web.bind.annotation.RequestBody;
 import org.springframework.web.bind.annotation.RestController;
@@ -29,8 +32,10 @@ public class BenchController {
 	private final JdbcTemplate jdbc;
 	private final DataSource dataSource;
 	private final Accounts accounts;
+	private final TransactionTemplate tx;
 
-	BenchController(JdbcTemplate jdbc, DataSource dataSource, Accounts accounts) {
+	BenchController(JdbcTemplate jdbc, DataSource dataSource, Accounts accounts, PlatformTransactionManager tm) {
+		this.tx = new TransactionTemplate(tm);
 		this.jdbc = jdbc;
 		this.dataSource = dataSource;
 		this.accounts = accounts;
@@ -131,6 +136,49 @@ public class BenchController {
 				c.setAutoCommit(true);
 			}
 		}
+	}
+
+	/**
+	 * The same, the three calls by hand in Spring's way: a TransactionTemplate
+	 * and the JdbcTemplate the handler uses, as {@code @Transactional} code
+	 * would run them (the middleware's handler shares such a transaction).
+	 *
+	 * @param body the request body (JSON)
+	 * @param request the request
+	 * @return 201, the replay, 409, 422, 400 or 401
+	 */
+	@PostMapping("/bench/by-hand-tx")
+	public ResponseEntity<String> byHandTx(@RequestBody(required = false) byte[] body, HttpServletRequest request) {
+		String scope = accounts.accountOf(request);
+		if (scope == null)
+			return plain(401, "{\"code\": \"unauthenticated\"}");
+		String key = request.getHeader("Idempotency-Key");
+		if (key == null)
+			return plain(400, "{\"code\": \"missing-key\"}");
+		key = key.trim();
+		if (key.length() >= 2 && key.startsWith("\"") && key.endsWith("\""))
+			key = key.substring(1, key.length() - 1);
+		String json = body == null || body.length == 0 ? "null" : new String(body, StandardCharsets.UTF_8);
+		String k = key;
+		return tx.execute(status -> {
+			Map<String, Object> r = jdbc.queryForMap("SELECT outcome, response_status, (response -> 'body')::text AS body "
+				+ "FROM idem_reserve('bench-by-hand-tx', ?, jsonb_build_object('method', 'POST', 'path', ?::text, "
+				+ "'body', ?::jsonb), scope => ?)", k, request.getRequestURI(), json, scope);
+			String outcome = (String) r.get("outcome");
+			if (!outcome.equals("new")) {
+				return switch (outcome) {
+					case "replay" -> ResponseEntity.status((Integer) r.get("response_status")).header("Idempotent-Replayed", "true")
+						.contentType(MediaType.APPLICATION_JSON).body((String) r.get("body"));
+					case "mismatch" -> plain(422, "{\"code\": \"mismatch\"}");
+					default -> plain(409, "{\"code\": \"" + outcome + "\"}");
+				};
+			}
+			Long id = jdbc.queryForObject("INSERT INTO bench_effects (k) VALUES (?) RETURNING id", Long.class, k);
+			String answer = "{\"id\": " + id + "}";
+			jdbc.queryForObject("SELECT idem_complete('bench-by-hand-tx', ?, ?::jsonb, 201, scope => ?)", Object.class, k,
+				"{\"v\": 1, \"headers\": {\"content-type\": \"application/json\"}, \"body\": " + answer + "}", scope);
+			return plain(201, answer);
+		});
 	}
 
 	private static ResponseEntity<String> plain(int status, String json) {

@@ -109,7 +109,7 @@ class DemoApplicationTest {
 
 	@Test
 	void benchRoutes() throws Exception {
-		for (String route : new String[] {"/bench/middleware", "/bench/by-hand"}) {
+		for (String route : new String[] {"/bench/middleware", "/bench/by-hand", "/bench/by-hand-tx"}) {
 			for (int i = 0; i < 2; i++)
 				mvc.perform(post(route).contentType(MediaType.APPLICATION_JSON).content("{\"n\": 1}")
 					.header("Idempotency-Key", order).header("Authorization", "Bearer token-a"))
@@ -117,9 +117,9 @@ class DemoApplicationTest {
 					.andExpect(i == 0 ? header().doesNotExist("Idempotent-Replayed")
 						: header().string("Idempotent-Replayed", "true"));
 		}
-		assertEquals(2L, jdbc.queryForObject("SELECT count(*) FROM bench_effects WHERE k = ?", Long.class, order));
-		// both store the same envelope: the same work
-		assertEquals("2 1", jdbc.queryForObject("SELECT count(*) || ' ' || count(DISTINCT response - 'body') "
+		assertEquals(3L, jdbc.queryForObject("SELECT count(*) FROM bench_effects WHERE k = ?", Long.class, order));
+		// all three store the same envelope: the same work
+		assertEquals("3 1", jdbc.queryForObject("SELECT count(*) || ' ' || count(DISTINCT response - 'body') "
 			+ "FROM idem_keys WHERE key = ? AND response ->> 'v' = '1' AND response -> 'body' -> 'id' IS NOT NULL",
 			String.class, order));
 	}

@@ -33,7 +33,7 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 
 	private final ObjectProvider<RequestMappingHandlerMapping> mappings;
 	private final ObjectProvider<ScopeResolver> scope;
-	private final Map<Method, Route> routes = new ConcurrentHashMap<>();
+	private final Map<Target, Annotated> annotated = new ConcurrentHashMap<>();
 	private volatile List<RequestMappingHandlerMapping> handlerMappings;
 
 	/**
@@ -48,15 +48,26 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 		this.scope = scope;
 	}
 
+	/** A handler method of a controller class (a class-level annotation is its class's) */
+	private record Target(Class<?> type, Method method) {
+	}
+
+	/**
+	 * A handler method's {@link Idempotent}, read once: its route (null where
+	 * it has none) and whether the annotation is on the method itself
+	 */
+	private record Annotated(Route route, boolean onMethod) {
+	}
+
+	private static final Annotated NOT_ANNOTATED = new Annotated(null, false);
+
 	@Override
 	public void afterSingletonsInstantiated() {
 		int annotated = 0;
 		for (RequestMappingHandlerMapping m : handlerMappings()) {
 			for (HandlerMethod hm : m.getHandlerMethods().values()) {
-				if (annotation(hm) != null) {
-					route(hm);
+				if (annotated(hm).route() != null)
 					annotated++;
-				}
 			}
 		}
 		if (annotated > 0 && scope.getIfAvailable() == null)
@@ -82,14 +93,13 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 					continue;
 				if (!(chain.getHandler() instanceof HandlerMethod hm))
 					return null;
-				Idempotent a = annotation(hm);
-				if (a == null)
+				Annotated a = annotated(hm);
+				if (a.route() == null)
 					return null;
 				String method = request.getMethod().toUpperCase(Locale.ROOT);
-				if (AnnotatedElementUtils.findMergedAnnotation(hm.getMethod(), Idempotent.class) == null
-					&& !CLASS_LEVEL_METHODS.contains(method))
+				if (!a.onMethod() && !CLASS_LEVEL_METHODS.contains(method))
 					return null;
-				Route route = route(hm);
+				Route route = a.route();
 				if (route.operation() != null)
 					return route;
 				Object pattern = request.getAttribute(HandlerMapping.BEST_MATCHING_PATTERN_ATTRIBUTE);
@@ -112,16 +122,14 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 		return list;
 	}
 
-	/** The annotation of a handler method, or of its class. */
-	private static Idempotent annotation(HandlerMethod hm) {
-		Idempotent a = AnnotatedElementUtils.findMergedAnnotation(hm.getMethod(), Idempotent.class);
-		return a != null ? a : AnnotatedElementUtils.findMergedAnnotation(hm.getBeanType(), Idempotent.class);
-	}
-
-	/** The route settings of a handler method, checked once. */
-	private Route route(HandlerMethod hm) {
-		return routes.computeIfAbsent(hm.getMethod(), method -> {
-			Idempotent a = annotation(hm);
+	/** A handler method's annotation and route settings, read and checked once per method and class. */
+	private Annotated annotated(HandlerMethod hm) {
+		return annotated.computeIfAbsent(new Target(hm.getBeanType(), hm.getMethod()), target -> {
+			Idempotent onMethod = AnnotatedElementUtils.findMergedAnnotation(target.method(), Idempotent.class);
+			Idempotent a = onMethod != null ? onMethod
+				: AnnotatedElementUtils.findMergedAnnotation(target.type(), Idempotent.class);
+			if (a == null)
+				return NOT_ANNOTATED;
 			try {
 				Duration ttl = a.ttl().isEmpty() ? null : DurationStyle.detectAndParse(a.ttl());
 				Boolean keyRequired = switch (a.key()) {
@@ -129,9 +137,9 @@ public class AnnotatedRouteResolver implements RouteResolver, SmartInitializingS
 					case REQUIRED -> true;
 					case OPTIONAL -> false;
 				};
-				return new Route(a.operation(), List.of(a.fingerprint()), keyRequired, ttl);
+				return new Annotated(new Route(a.operation(), List.of(a.fingerprint()), keyRequired, ttl), onMethod != null);
 			} catch (IllegalArgumentException e) {
-				throw new IllegalStateException("bad @Idempotent on " + method + ": " + e.getMessage(), e);
+				throw new IllegalStateException("bad @Idempotent on " + target.method() + ": " + e.getMessage(), e);
 			}
 		});
 	}
