@@ -261,6 +261,40 @@ COMMIT;
 DROP TRIGGER held_trigger ON idem_keys;
 SELECT key, expires_at - created_at AS ttl FROM idem_keys WHERE operation = 'held-owner-rules';
 
+-- The write at COMMIT checks no privilege beyond the consumer's INSERT: a
+-- role that may read and insert into idem_keys and not update it commits 17
+-- messages (m16 and m17 written at once and again at COMMIT), after SET
+-- ROLE and through a SECURITY DEFINER function it owns, called by a role
+-- with no right on idem_keys
+CREATE ROLE regress_held_consumer;
+GRANT SELECT, INSERT ON idem_keys TO regress_held_consumer;
+GRANT EXECUTE ON FUNCTION idem_consume(text, text, interval, boolean) TO regress_held_consumer;
+CREATE FUNCTION held_consume_many(op text) RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = public, pg_temp
+AS $$ SELECT count(*) FILTER (WHERE idem_consume(op, 'm' || i, ttl => '1 hour')) FROM generate_series(1, 17) AS i $$;
+ALTER FUNCTION held_consume_many(text) OWNER TO regress_held_consumer;
+REVOKE EXECUTE ON FUNCTION held_consume_many(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION held_consume_many(text) TO regress_held_app;
+BEGIN;
+SET LOCAL ROLE regress_held_consumer;
+SELECT held_consume_many('held-insert-only') AS consumed;
+SELECT pg_sleep(0.3);
+COMMIT;
+BEGIN;
+SET LOCAL ROLE regress_held_app;
+SELECT held_consume_many('held-insert-only-definer') AS consumed;
+SELECT pg_sleep(0.3);
+COMMIT;
+SELECT operation, count(*) AS records,
+	count(*) FILTER (WHERE expires_at - updated_at = interval '1 hour'
+					 AND updated_at - created_at >= interval '0.3 seconds') AS counted_from_commit
+FROM idem_keys WHERE scope = 'idem:consume' AND operation LIKE 'held-insert-only%'
+GROUP BY operation ORDER BY operation;
+DROP FUNCTION held_consume_many(text);
+REVOKE ALL ON idem_keys FROM regress_held_consumer;
+REVOKE ALL ON FUNCTION idem_consume(text, text, interval, boolean) FROM regress_held_consumer;
+DROP ROLE regress_held_consumer;
+
 DELETE FROM idem_keys WHERE operation LIKE 'held-%';
 DROP TABLE held_effects;
 DROP FUNCTION held_pay(text, boolean), held_finish(text), held_ddl_sees(), held_trigger();
