@@ -6,7 +6,7 @@ SET idempotency.processing_timeout = '5min';
 -- A fresh key is new; the caller owns it in this transaction
 BEGIN;
 SELECT outcome, http_status, response_status, response, resource_id,
-       recovery_point, date_trunc('second', expires_at - statement_timestamp()) AS ttl
+       recovery_point, date_trunc('minute', expires_at - statement_timestamp()) AS ttl
 FROM idem_reserve('create-payment', 'k1', '{"amount": 100, "currency": "BRL"}');
 -- Reserving again in the same transaction: in_progress, not a second owner
 SELECT outcome, http_status FROM idem_reserve('create-payment', 'k1', '{"amount": 100, "currency": "BRL"}');
@@ -83,14 +83,14 @@ ROLLBACK;
 SELECT status FROM idem_lookup('create-payment', 'r1');
 
 -- Expiry: a completed record past expires_at is gone, even before the sweeper
-SELECT outcome, date_trunc('second', expires_at - now()) AS ttl
+SELECT outcome, date_trunc('minute', expires_at - now()) AS ttl
 FROM idem_reserve('create-payment', 'e1', '{"amount": 7}', ttl => '1 hour');
 SELECT idem_complete('create-payment', 'e1', '{"id": "pay_e1"}', 201, 'pay_e1');
 UPDATE idem_keys SET expires_at = now() - interval '1 second' WHERE key = 'e1';
 SELECT count(*) FROM idem_lookup('create-payment', 'e1');
 SELECT count(*) FROM idem_keys WHERE key = 'e1';
 -- Expired records match no fingerprint either: the retry runs again
-SELECT outcome, http_status, response, date_trunc('second', expires_at - now()) AS ttl
+SELECT outcome, http_status, response, date_trunc('minute', expires_at - now()) AS ttl
 FROM idem_reserve('create-payment', 'e1', '{"amount": 8}');
 SELECT status, response, resource_id, recovery_point FROM idem_lookup('create-payment', 'e1');
 SELECT count(*) FROM idem_keys WHERE key = 'e1';
@@ -127,7 +127,7 @@ COMMIT;
 SELECT outcome FROM idem_reserve('tiny', 'late-commit');
 -- default_ttl applies when ttl is NULL
 SET idempotency.default_ttl = '7d';
-SELECT outcome, date_trunc('second', expires_at - now()) AS ttl FROM idem_reserve('tiny', 't2');
+SELECT outcome, date_trunc('minute', expires_at - now()) AS ttl FROM idem_reserve('tiny', 't2');
 RESET idempotency.default_ttl;
 -- back to the server's value; the defaults (the server's own values are
 -- its operator's)

@@ -210,6 +210,12 @@ sleep 2
 # A transaction that reserved on the shard's node before the move and then
 # waits for the move on the coordinator (its INSERT) deadlocks with it; Citus
 # cancels the younger of the two, sometimes the move: try it again then.
+# Citus drops the old placement later, in the background (every
+# citus.defer_shard_delete_interval); off until the calls below have been
+# made on both sides of that drop
+for n in 0 1 2; do
+	q "$n" -c "ALTER SYSTEM SET citus.defer_shard_delete_interval = -1" -c "SELECT pg_reload_conf()" >/dev/null
+done
 moved=0
 for attempt in $(seq 1 20); do
 	if q 0 -c "SELECT citus_move_shard_placement($shardid, '127.0.0.1', $src, '127.0.0.1', $dst, shard_transfer_mode => 'block_writes')" >/dev/null 2>"$work/move.err"; then
@@ -224,10 +230,20 @@ check "shard moved (attempt $attempt)" "$moved" 1
 # Citus's deferred cleanup; after that, 55000 (not on this node).  The
 # scope is a subquery, so that Citus does not delegate the call.
 n_src=$([ "$src" = "${ports[1]}" ] && echo 1 || echo 2)
-left=$(q "$n_src" -c "SELECT to_regclass('public.idem_keys_$shardid') IS NOT NULL")
-code=$(q "$n_src" -v VERBOSITY=verbose -c "SELECT status FROM idem_lookup('storm', 'key-3', (SELECT 't3'))" 2>&1 |
-	sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p' | head -1 || true)
-check "a call on the old node (old placement there: $left)" "$code" "$([ "$left" = t ] && echo 40001 || echo 55000)"
+old_node_call() {
+	q "$n_src" -v VERBOSITY=verbose -c "SELECT status FROM idem_lookup('storm', 'key-3', (SELECT 't3'))" 2>&1 |
+		sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\):.*/\1/p' | head -1 || true
+}
+check "the old placement left on the old node" \
+	"$(q "$n_src" -c "SELECT to_regclass('public.idem_keys_$shardid') IS NOT NULL")" t
+check "a call on the old node, its old placement there" "$(old_node_call)" 40001
+q 0 -c "CALL citus_cleanup_orphaned_resources()" >/dev/null
+check "the old placement dropped by Citus's cleanup" \
+	"$(q "$n_src" -c "SELECT to_regclass('public.idem_keys_$shardid') IS NOT NULL")" f
+check "a call on the old node after the cleanup" "$(old_node_call)" 55000
+for n in 0 1 2; do
+	q "$n" -c "ALTER SYSTEM RESET citus.defer_shard_delete_interval" -c "SELECT pg_reload_conf()" >/dev/null
+done
 echo "  moved shard $shardid of scope t3 (records $before, then re-created by the storm) from :$src to :$dst"
 wait "$p0" || true
 echo "  coordinator: $(grep -E 'number of transactions actually processed' "$work/storm_move.log"), $(grep -E 'number of transactions retried' "$work/storm_move.log" || echo 'none retried')"
