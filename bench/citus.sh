@@ -70,16 +70,7 @@ q 0 -f "$work/keys.sql" >/dev/null
 q 3 -f "$work/keys.sql" >/dev/null
 
 citus_attempt_script bench 1000000000 >"$work/new.sql"
-cat >"$work/new_worker.sql" <<PGB
-\\set k random(1, 1000000000)
-BEGIN;
-SELECT (outcome = 'new') AS is_new FROM idem_reserve('bench', 'key-:k', '{"k": :k}', '$wscope') \\gset
-\\if :is_new
-INSERT INTO payments (tenant, key, amount) VALUES ('$wscope', 'key-:k', :k);
-SELECT idem_complete('bench', 'key-:k', '{"charged": :k}', 201, NULL, '$wscope');
-\\endif
-COMMIT;
-PGB
+citus_attempt_script bench 1000000000 "" "$wscope" >"$work/new_worker.sql"
 cat >"$work/replay.sql" <<'PGB'
 \set k random(1, 1000)
 \set t :k % 16

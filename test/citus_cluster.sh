@@ -12,11 +12,12 @@
 #   citus_node_start N [CONF...]
 #                 the same for one node N (3: a node to add later, with
 #                 citus_add_node), without registering it
-#   citus_attempt_script OPERATION KEYS [rollbacks]
+#   citus_attempt_script OPERATION KEYS [rollbacks] [SCOPE]
 #                 print a pgbench script: one attempt of a random key of
-#                 1..KEYS in scope t(key % 16): reserve, the payment,
-#                 complete, commit (with "rollbacks", one in five rolled
-#                 back); constants only, so that Citus delegates each call
+#                 1..KEYS in scope t(key % 16), or in SCOPE: reserve, the
+#                 payment, complete, commit (with "rollbacks", one in five
+#                 rolled back); constants only, so that Citus delegates
+#                 each call
 # and stops every server under $work and removes it on exit.  Exits 77 (skipped) when
 # the server installation has no citus.so: Citus is not in Debian's
 # archive, build it from its source to run this.
@@ -82,16 +83,16 @@ SQL
 }
 
 citus_attempt_script() {
-	local op=$1 keys=$2 rollbacks=${3:-}
+	local op=$1 keys=$2 rollbacks=${3:-} scope=${4:-t:t}
 	cat <<PGB
 \\set k random(1, $keys)
 \\set t :k % 16
 \\set rb random(0, 4)
 BEGIN;
-SELECT (outcome = 'new') AS is_new FROM idem_reserve('$op', 'key-:k', '{"k": :k}', 't:t') \\gset
+SELECT (outcome = 'new') AS is_new FROM idem_reserve('$op', 'key-:k', '{"k": :k}', '$scope') \\gset
 \\if :is_new
-INSERT INTO payments (tenant, key, amount) VALUES ('t:t', 'key-:k', :k);
-SELECT idem_complete('$op', 'key-:k', '{"charged": :k}', 201, NULL, 't:t');
+INSERT INTO payments (tenant, key, amount) VALUES ('$scope', 'key-:k', :k);
+SELECT idem_complete('$op', 'key-:k', '{"charged": :k}', 201, NULL, '$scope');
 \\endif
 PGB
 	if [ "$rollbacks" = rollbacks ]; then
