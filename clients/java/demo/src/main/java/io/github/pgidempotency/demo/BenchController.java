@@ -71,16 +71,10 @@ public class BenchController {
 	@PostMapping("/bench/by-hand")
 	public ResponseEntity<String> byHand(@RequestBody(required = false) byte[] body, HttpServletRequest request)
 		throws SQLException {
-		String scope = accounts.accountOf(request);
-		if (scope == null)
-			return plain(401, "{\"code\": \"unauthenticated\"}");
-		String key = request.getHeader("Idempotency-Key");
-		if (key == null)
-			return plain(400, "{\"code\": \"missing-key\"}");
-		key = key.trim();
-		if (key.length() >= 2 && key.startsWith("\"") && key.endsWith("\""))
-			key = key.substring(1, key.length() - 1);
-		String json = body == null || body.length == 0 ? "null" : new String(body, StandardCharsets.UTF_8);
+		Call call = read(body, request);
+		if (call.refusal() != null)
+			return call.refusal();
+		String scope = call.scope(), key = call.key(), json = call.json();
 		try (Connection c = dataSource.getConnection()) {
 			c.setAutoCommit(false);
 			try {
@@ -103,12 +97,7 @@ public class BenchController {
 				}
 				if (!outcome.equals("new")) {
 					c.rollback();
-					return switch (outcome) {
-						case "replay" -> ResponseEntity.status(status).header("Idempotent-Replayed", "true")
-							.contentType(MediaType.APPLICATION_JSON).body(response);
-						case "mismatch" -> plain(422, "{\"code\": \"mismatch\"}");
-						default -> plain(409, "{\"code\": \"" + outcome + "\"}");
-					};
+					return notNew(outcome, status, response);
 				}
 				long id;
 				try (PreparedStatement st = c.prepareStatement("INSERT INTO bench_effects (k) VALUES (?) RETURNING id")) {
@@ -122,8 +111,7 @@ public class BenchController {
 				try (PreparedStatement st = c.prepareStatement(
 					"SELECT idem_complete('bench-by-hand', ?, ?::jsonb, 201, scope => ?)")) {
 					st.setString(1, key);
-					// the envelope the middleware stores (doc/clients.md), so that both do the same work
-					st.setString(2, "{\"v\": 1, \"headers\": {\"content-type\": \"application/json\"}, \"body\": " + answer + "}");
+					st.setString(2, envelope(answer));
 					st.setString(3, scope);
 					st.execute();
 				}
@@ -149,36 +137,58 @@ public class BenchController {
 	 */
 	@PostMapping("/bench/by-hand-tx")
 	public ResponseEntity<String> byHandTx(@RequestBody(required = false) byte[] body, HttpServletRequest request) {
-		String scope = accounts.accountOf(request);
-		if (scope == null)
-			return plain(401, "{\"code\": \"unauthenticated\"}");
-		String key = request.getHeader("Idempotency-Key");
-		if (key == null)
-			return plain(400, "{\"code\": \"missing-key\"}");
-		key = key.trim();
-		if (key.length() >= 2 && key.startsWith("\"") && key.endsWith("\""))
-			key = key.substring(1, key.length() - 1);
-		String json = body == null || body.length == 0 ? "null" : new String(body, StandardCharsets.UTF_8);
-		String k = key;
+		Call call = read(body, request);
+		if (call.refusal() != null)
+			return call.refusal();
+		String scope = call.scope(), k = call.key(), json = call.json();
 		return tx.execute(status -> {
 			Map<String, Object> r = jdbc.queryForMap("SELECT outcome, response_status, (response -> 'body')::text AS body "
 				+ "FROM idem_reserve('bench-by-hand-tx', ?, jsonb_build_object('method', 'POST', 'path', ?::text, "
 				+ "'body', ?::jsonb), scope => ?)", k, request.getRequestURI(), json, scope);
 			String outcome = (String) r.get("outcome");
 			if (!outcome.equals("new")) {
-				return switch (outcome) {
-					case "replay" -> ResponseEntity.status((Integer) r.get("response_status")).header("Idempotent-Replayed", "true")
-						.contentType(MediaType.APPLICATION_JSON).body((String) r.get("body"));
-					case "mismatch" -> plain(422, "{\"code\": \"mismatch\"}");
-					default -> plain(409, "{\"code\": \"" + outcome + "\"}");
-				};
+				Integer stored = (Integer) r.get("response_status");
+				return notNew(outcome, stored == null ? 0 : stored, (String) r.get("body"));
 			}
 			Long id = jdbc.queryForObject("INSERT INTO bench_effects (k) VALUES (?) RETURNING id", Long.class, k);
 			String answer = "{\"id\": " + id + "}";
 			jdbc.queryForObject("SELECT idem_complete('bench-by-hand-tx', ?, ?::jsonb, 201, scope => ?)", Object.class, k,
-				"{\"v\": 1, \"headers\": {\"content-type\": \"application/json\"}, \"body\": " + answer + "}", scope);
+				envelope(answer), scope);
 			return plain(201, answer);
 		});
+	}
+
+	/** What both by-hand routes read from a request: its scope, key and body, or the answer that refuses it. */
+	private record Call(String scope, String key, String json, ResponseEntity<String> refusal) {
+	}
+
+	private Call read(byte[] body, HttpServletRequest request) {
+		String scope = accounts.accountOf(request);
+		if (scope == null)
+			return new Call(null, null, null, plain(401, "{\"code\": \"unauthenticated\"}"));
+		String key = request.getHeader("Idempotency-Key");
+		if (key == null)
+			return new Call(null, null, null, plain(400, "{\"code\": \"missing-key\"}"));
+		key = key.trim();
+		if (key.length() >= 2 && key.startsWith("\"") && key.endsWith("\""))
+			key = key.substring(1, key.length() - 1);
+		String json = body == null || body.length == 0 ? "null" : new String(body, StandardCharsets.UTF_8);
+		return new Call(scope, key, json, null);
+	}
+
+	/** The answer of a by-hand route to an outcome other than new: the replay, 422 or 409 */
+	private static ResponseEntity<String> notNew(String outcome, int status, String body) {
+		return switch (outcome) {
+			case "replay" -> ResponseEntity.status(status).header("Idempotent-Replayed", "true")
+				.contentType(MediaType.APPLICATION_JSON).body(body);
+			case "mismatch" -> plain(422, "{\"code\": \"mismatch\"}");
+			default -> plain(409, "{\"code\": \"" + outcome + "\"}");
+		};
+	}
+
+	/** The envelope the middleware stores (doc/clients.md), so that every route does the same work */
+	private static String envelope(String answer) {
+		return "{\"v\": 1, \"headers\": {\"content-type\": \"application/json\"}, \"body\": " + answer + "}";
 	}
 
 	private static ResponseEntity<String> plain(int status, String json) {
