@@ -36,8 +36,12 @@
 #   PGVER=15            the Debian PostgreSQL major version to use (15, 17, 18, 19)
 #   IDEM_PG_CONFIG=...  build and run against another server build (e.g. one
 #                       configured with --enable-cassert) instead of PGVER's
-#   IDEM_ONLY=regress|isolation|scripts|tap   run one group (regress and
-#                       isolation run on the stock and the preloaded cluster)
+#   IDEM_ONLY=regress|isolation|scripts|clients|tap   run one group (regress
+#                       and isolation run on the stock and the preloaded
+#                       cluster; clients is the scripts that test the client
+#                       libraries: client_*, clients_*, pgbouncer)
+#   IDEM_SCRIPTS=PATTERN   only the test/scripts/*.sh whose name (without .sh)
+#                       matches the extended regular expression PATTERN
 #   IDEM_KEEP=1         keep the temp directory (logs, diffs, results)
 #   IDEM_VALGRIND=1     run the suite's server under valgrind's memcheck
 #                       (test/valgrind.supp) and fail on any error it reports
@@ -106,7 +110,7 @@ regress_skips() {
 run_regress() {
 	local group=$1 files=$2 diffs=$3 skips=$4 target=$5 rc=0 line
 	shift 5
-	echo "== $group: make $target $*"
+	echo "== $group: make $target $* ($(date -u '+%H:%M:%S'))"
 	local log=$IDEM_WORK/${group//\//-}.log
 	as_test_user rm -rf "$IDEM_SRC/results"
 	run_make "$log" "$target" "$@" || rc=$?
@@ -143,14 +147,22 @@ run_installcheck() {
 	fi
 }
 
-# Run each test/scripts/*.sh against the running cluster
+# The scripts that test the client libraries (IDEM_ONLY=clients)
+client_script() {
+	[[ $1 =~ ^(client_|clients_|pgbouncer$) ]]
+}
+
+# Run each test/scripts/*.sh against the running cluster (with
+# IDEM_ONLY=clients only the client libraries' scripts)
 run_scripts() {
 	local f name rc log
 	for f in "$IDEM_SRC"/test/scripts/*.sh; do
 		[ -e "$f" ] || continue
 		name=$(basename "$f" .sh)
+		if [ "$only" = clients ] && ! client_script "$name"; then continue; fi
+		if [ -n "${IDEM_SCRIPTS:-}" ] && ! [[ $name =~ $IDEM_SCRIPTS ]]; then continue; fi
 		log=$IDEM_WORK/script-$name.log
-		echo "== script $name"
+		echo "== script $name ($(date -u '+%H:%M:%S'))"
 		set +e
 		(cd "$IDEM_SRC" && as_test_user bash "$f") >"$log" 2>&1
 		rc=$?
@@ -173,7 +185,7 @@ run_scripts() {
 run_tap() {
 	local log=$IDEM_WORK/tap.log rc=0 files
 	files=$(find "$IDEM_SRC/test/t" -maxdepth 1 -name '*.pl' | wc -l)
-	echo "== tap: make prove_installcheck"
+	echo "== tap: make prove_installcheck ($(date -u '+%H:%M:%S'))"
 	run_make "$log" prove_installcheck PROVE_FLAGS=-v >/dev/null || rc=$?
 	sed 's/^/   /' "$log" || true
 	count_tap tap "$log" "$rc" "$files"
@@ -199,9 +211,9 @@ check_valgrind() {
 
 only=${IDEM_ONLY:-all}
 case "$only" in
-	all | regress | isolation | scripts | tap) ;;
+	all | regress | isolation | scripts | clients | tap) ;;
 	*)
-		echo "IDEM_ONLY must be regress, isolation, scripts or tap, not \"$only\"" >&2
+		echo "IDEM_ONLY must be regress, isolation, scripts, clients or tap, not \"$only\"" >&2
 		exit 2
 		;;
 esac
@@ -218,7 +230,7 @@ if [ "${IDEM_VALGRIND:-0}" = 1 ]; then
 else
 	run_installcheck "" fail installcheck-preloaded
 fi
-if [ "$only" = all ] || [ "$only" = scripts ]; then
+if [ "$only" = all ] || [ "$only" = scripts ] || [ "$only" = clients ]; then
 	[ "${IDEM_VALGRIND:-0}" = 1 ] ||
 		idem_restart_cluster "shared_preload_libraries = 'idempotency'"
 	run_scripts
@@ -231,4 +243,5 @@ if [ "${IDEM_VALGRIND:-0}" = 1 ]; then
 	check_valgrind
 fi
 
+echo "== done ($(date -u '+%H:%M:%S'))"
 print_counts
