@@ -218,6 +218,17 @@ case "$only" in
 		;;
 esac
 
+# The client libraries' toolchains (test/toolchains.sh), checked before any
+# test runs where the scripts will need them
+if [ "$only" = all ] || [ "$only" = scripts ] || [ "$only" = clients ]; then
+	source "$(dirname "$0")/toolchains.sh"
+	echo "== toolchains ($(date -u '+%H:%M:%S'))"
+	if ! idem_toolchains; then
+		echo "== a toolchain the client libraries need is missing (above); nothing was run" >&2
+		exit 1
+	fi
+fi
+
 # As packagers run it: the library is not preloaded, and the tests that
 # need it skip themselves
 run_installcheck stock/ skip installcheck
