@@ -198,8 +198,9 @@ ex_check "charges for order-1" "$(prov_charges order-1)" 1
 ex_check "k-1 replays its charge" "$(charge s k-1 500 order-1) $(field s id)" "200 $id1"
 ex_check "k-1 with another body: 422" "$(charge s k-1 501 order-1)" 422
 ex_check "a new key charges" "$(charge t k-after 1 order-after)" 201
-prov_kill
-prov_start "$state"
+url=$PROV_URL
+prov_restart --kill
+ex_check "kill -9 and a restart on the same port" "$PROV_URL" "$url"
 ex_check "after kill -9: the charge made just before" "$(prov_charges order-after)" 1
 ex_check "... and its key" "$(charge u k-after 1 order-after) $(field u id)" "200 $(field t id)"
 ex_check "charges" "$(prov_stat charges)" 16

@@ -9,12 +9,14 @@
 #   curl -s -X POST "$PROV_URL/charges" -H 'Idempotency-Key: k1' \
 #        -d '{"amount": 500, "currency": "eur", "reference": "order-1"}'
 #   prov_stat charges                 # 1
+#   prov_restart --kill               # kill -9, and again on the same port
 #   prov_stop                         # at exit too, through the caller's trap
 
 PROV_PYTHON=${IDEM_PYTHON:-/usr/bin/python3}
 [ -x "$PROV_PYTHON" ] || PROV_PYTHON=$(command -v python3)
 PROV_PID=
 PROV_URL=
+PROV_DIR=
 
 # prov_start STATE_DIR [ARG...]: start the simulator (more arguments go to
 # provider.py, e.g. --verbose) and wait until it answers; its output goes to
@@ -22,6 +24,7 @@ PROV_URL=
 prov_start() {
 	local dir=$1 i
 	shift
+	PROV_DIR=$dir
 	mkdir -p "$dir"
 	rm -f "$dir/port"
 	"$PROV_PYTHON" test/provider/provider.py --port 0 --port-file "$dir/port" \
@@ -54,6 +57,15 @@ prov_kill() {
 	kill -KILL "$PROV_PID" 2>/dev/null || true
 	wait "$PROV_PID" 2>/dev/null || true
 	PROV_PID=
+}
+
+# prov_restart [--kill]: stop it (SIGTERM, or kill -9 with --kill) and
+# start it again on the same state directory and port, so that an
+# application pointed at PROV_URL finds it again
+prov_restart() {
+	local port=${PROV_URL##*:}
+	if [ "${1:-}" = --kill ]; then prov_kill; else prov_stop; fi
+	prov_start "$PROV_DIR" --port "$port"
 }
 
 # prov_json EXPR: evaluate a Python expression over the JSON on stdin,
