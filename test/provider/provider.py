@@ -9,7 +9,8 @@ listens) and keeps its state in D/state.json, replaced atomically after
 every change, so a restart keeps its charges, keys and counts.
 
   POST /charges        {"amount", "currency", "reference"}: 201 and a new
-                       charge; with an Idempotency-Key header, de-duplicated
+                       charge; with an Idempotency-Key header (1 to 255
+                       characters, --max-key-length), de-duplicated
                        by that key: the same key and body again gives the
                        first charge, 200, with Idempotent-Replayed: true; the
                        same key with another body 422; a key whose first
@@ -291,6 +292,10 @@ class Handler(BaseHTTPRequestHandler):
         p = self.provider
         body = parse_charge(self.read_body())
         key = self.headers.get("Idempotency-Key")
+        if key is not None and not 0 < len(key) <= self.server.max_key_length:
+            raise ClientError(400, "invalid_idempotency_key",
+                              "Idempotency-Key must be 1 to %d characters long."
+                              % self.server.max_key_length)
         forced = header_rule(self.headers)
         replayed, rule, fingerprint = p.begin(body, key, forced)
         if replayed is not None:
@@ -333,6 +338,8 @@ def main():
     ap.add_argument("--port", type=int, default=0, help="0: a free port")
     ap.add_argument("--port-file", help="write the port here (atomically) once listening")
     ap.add_argument("--state-dir", required=True, help="where state.json is kept")
+    ap.add_argument("--max-key-length", type=int, default=255,
+                    help="the longest Idempotency-Key accepted (default 255, as Stripe)")
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
     args = ap.parse_args()
 
@@ -341,6 +348,7 @@ def main():
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     server.verbose = args.verbose
+    server.max_key_length = args.max_key_length
     port = server.server_address[1]
     if args.port_file:
         tmp = args.port_file + ".tmp"

@@ -63,6 +63,9 @@ ex_check "a missing field: 400" \
 	"$(curl -s -o /dev/null -w '%{http_code}' -X POST "$PROV_URL/charges" -d '{"amount": 1, "currency": "eur"}')" 400
 ex_check "an amount of 0: 400" "$(charge e k-bad 0 order-bad)" 400
 ex_check "... and the key stays free" "$(charge e k-bad 1 order-bad)" 201
+ex_check "an Idempotency-Key of 256 characters: 400" \
+	"$(charge e "$(printf 'k%.0s' $(seq 256))" 1 order-longkey) $(field e error)" "400 invalid_idempotency_key"
+ex_check "... of 255: 201" "$(charge e "$(printf 'k%.0s' $(seq 255))" 1 order-longkey)" 201
 ex_check "an unknown fault action: 400" \
 	"$(curl -s -o /dev/null -w '%{http_code}' -X POST "$PROV_URL/faults" -d '{"action": "explode"}')" 400
 ex_check "an unknown endpoint: 404" "$(curl -s -o /dev/null -w '%{http_code}' "$PROV_URL/refunds")" 404
@@ -172,21 +175,21 @@ ex_check "GET /charges?idempotency_key=k-1" \
 ex_check "GET /charges?reference=order-none" "$(prov_charges order-none)" 0
 
 echo "== the counts"
-# the charges made above (a, d twice, e, f, i, k, l, m, o, p, r twice and
+# the charges made above (a, d twice, e twice, f, i, k, l, m, o, p, r twice and
 # one in each storm), the replays (b, h, j, n, q and the storms' 200s), the
 # 409s (g and the storms'), the 422s (c twice), the faults applied (f, i, k,
-# l twice, m, o, p and one in the slow storm), and the requests: the 17 that
+# l twice, m, o, p and one in the held storm), and the requests: the 18 that
 # charged or failed, and those replays, 409s and 422s (a 400 is not counted)
 storm200=$(cat "$tmp"/storm-*.status "$tmp"/slow-*.status | grep -c 200 || true)
 storm409=$(cat "$tmp"/storm-*.status "$tmp"/slow-*.status | grep -c 409 || true)
 all=$(curl -sf "$PROV_URL/charges" | prov_json 'j["count"]')
 ex_check "charges: the number listed" "$(prov_stat charges)" "$all"
-ex_check "charges: the number made above" "$all" 15
+ex_check "charges: the number made above" "$all" 16
 ex_check "replays" "$(prov_stat replays)" $((5 + storm200))
 ex_check "conflicts" "$(prov_stat conflicts)" $((1 + storm409))
 ex_check "mismatches" "$(prov_stat mismatches)" 2
 ex_check "faults applied" "$(prov_stat faults)" 9
-ex_check "requests" "$(prov_stat requests)" $((17 + 5 + storm200 + 1 + storm409 + 2))
+ex_check "requests" "$(prov_stat requests)" $((18 + 5 + storm200 + 1 + storm409 + 2))
 stats=$(curl -sf "$PROV_URL/stats")
 
 echo "== a restart keeps the charges, the keys and the counts"
@@ -203,7 +206,7 @@ prov_restart --kill
 ex_check "kill -9 and a restart on the same port" "$PROV_URL" "$url"
 ex_check "after kill -9: the charge made just before" "$(prov_charges order-after)" 1
 ex_check "... and its key" "$(charge u k-after 1 order-after) $(field u id)" "200 $(field t id)"
-ex_check "charges" "$(prov_stat charges)" 16
+ex_check "charges" "$(prov_stat charges)" 17
 ex_check "POST /reset" "$(curl -sf -X POST "$PROV_URL/reset" >/dev/null; prov_stat charges) $(prov_charges order-1)" "0 0"
 
 echo "provider_sim took $SECONDS s"
