@@ -98,13 +98,17 @@ ex_check "the first node, after the second stopped, carries messages, and has on
 	"$(rmq_wait_counts "selftest 1 1 0" "selftest.dead 0 0 0")" "selftest 1 1 0; selftest.dead 0 0 0"
 
 echo "== rmq_stop"
-dir=$RMQ_DIR pid=$RMQ_PID epmd=$RMQ_EPMD_PID port=$RMQ_PORT
+dir=$RMQ_DIR pid=$RMQ_PID epmd=$RMQ_EPMD_PID port=$RMQ_PORT epmd_port=$RMQ_EPMD_PORT
+ex_check "the node registered with our epmd, on its port" \
+	"$(epmd -port "$epmd_port" -names 2>/dev/null | grep -c "^name ${RMQ_NODE%@*} at port $RMQ_DIST_PORT\$")" 1
 rmq_stop
 ex_check "the node's process is gone" "$(kill -0 "$pid" 2>/dev/null && echo alive || echo gone)" gone
 ex_check "its epmd is gone" "$(kill -0 "$epmd" 2>/dev/null && echo alive || echo gone)" gone
 ex_check "its directory is gone" "$([ -e "$dir" ] && echo there || echo gone)" gone
-ex_check "its AMQP port is closed" \
-	"$( (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && echo open || echo closed)" closed
+for p in "$port" "$epmd_port"; do
+	ex_check "port $p is closed (AMQP, epmd)" \
+		"$( (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && echo open || echo closed)" closed
+done
 ex_check "no process of this user runs from it" \
 	"$(pgrep -u "$(id -u)" -f "$dir" | wc -l)" 0
 echo "rabbitmq: start took $((RMQ_START_MS / 1000)).$(printf '%03d' $((RMQ_START_MS % 1000))) s; broker_rabbitmq took $SECONDS s"

@@ -55,7 +55,7 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))'
 # RMQ_PORT (AMQP), RMQ_DIST_PORT, RMQ_EPMD_PORT, RMQ_NODE, RMQ_DIR, and
 # RMQ_START_MS (how long it took).
 rmq_start() {
-	local started
+	local started i
 	rmq_check || return 1
 	started=$(date +%s%N)
 	RMQ_DIR=$(mktemp -d "${TMPDIR:-/tmp}/idem-rabbitmq.XXXXXX")
@@ -85,9 +85,18 @@ rmq_start() {
 		ERL_EPMD_PORT="$RMQ_EPMD_PORT"
 		ERL_EPMD_ADDRESS=127.0.0.1
 		ERL_CRASH_DUMP="$RMQ_DIR/erl_crash.dump")
-	# epmd in the foreground, so that its pid is ours to stop
+	# epmd in the foreground, so that its pid is ours to stop, and listening
+	# before the node starts (which would start an epmd -daemon otherwise)
 	env "${RMQ_ENV[@]}" epmd -port "$RMQ_EPMD_PORT" >"$RMQ_DIR/epmd.log" 2>&1 &
 	RMQ_EPMD_PID=$!
+	for i in $(seq 1 100); do
+		env "${RMQ_ENV[@]}" epmd -port "$RMQ_EPMD_PORT" -names >/dev/null 2>&1 && break
+		if ! kill -0 "$RMQ_EPMD_PID" 2>/dev/null; then
+			echo "FAIL: epmd did not start on port $RMQ_EPMD_PORT:" "$(cat "$RMQ_DIR/epmd.log")" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
 	(cd "$RMQ_DIR" && exec env "${RMQ_ENV[@]}" "$RMQ_BIN/rabbitmq-server") >"$RMQ_DIR/server.log" 2>&1 &
 	RMQ_PID=$!
 	if ! rmq_ctl -q wait "$RMQ_DIR/rabbitmq.pid" --timeout 90 >"$RMQ_DIR/wait.log" 2>&1; then
@@ -116,6 +125,8 @@ rmq_stop() {
 	if [ -n "$RMQ_EPMD_PID" ]; then
 		kill "$RMQ_EPMD_PID" 2>/dev/null || true
 		wait "$RMQ_EPMD_PID" 2>/dev/null || true
+		# and any epmd the node started on this port of ours after all
+		env "${RMQ_ENV[@]}" epmd -port "$RMQ_EPMD_PORT" -kill >/dev/null 2>&1 || true
 	fi
 	rm -rf "$RMQ_DIR"
 	RMQ_DIR= RMQ_PID= RMQ_EPMD_PID=
