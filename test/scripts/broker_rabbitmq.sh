@@ -18,7 +18,7 @@ tmp=$(mktemp -d)
 second=
 trap 'rc=$?; [ -z "$second" ] || wait "$second"; rmq_stop; rm -rf "$tmp"; exit $rc' EXIT
 
-venv=$(rmq_py_venv)
+venv=$(rmq_py_venv) || { echo "FAIL: no virtual environment with pika (rmq_py_venv)"; exit 1; }
 tool() { "$venv/bin/python" test/scripts/lib/amqp_tool.py "$@"; }
 echo "== pika $("$venv/bin/python" -c 'import pika; print(pika.__version__)'), $(dpkg-query -W -f '${Package} ${Version}' rabbitmq-server 2>/dev/null)"
 
@@ -93,6 +93,9 @@ cat "$tmp/second.out"
 ex_check "the second node carried its message" "$(grep '^delivery' "$tmp/second.out")" \
 	"delivery x1 redelivered=False count=0"
 ex_check "... and stopped" "$(grep -c '^second stopped$' "$tmp/second.out")" 1
+# a subshell whose rmq_start fails stops nothing of the node it inherited
+( trap rmq_stop EXIT; RMQ_BIN=/nonexistent rmq_start ) 2>"$tmp/third.err" || true
+ex_check "a start that fails says why" "$(grep -c "RabbitMQ is not installed" "$tmp/third.err")" 1
 tool publish "$RMQ_URL" selftest after >/dev/null
 ex_check "the first node, after the second stopped, carries messages, and has only its own queues" \
 	"$(rmq_wait_counts "selftest 1 1 0" "selftest.dead 0 0 0")" "selftest 1 1 0; selftest.dead 0 0 0"

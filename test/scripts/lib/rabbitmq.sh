@@ -40,34 +40,30 @@ rmq_ctl() {
 	env "${RMQ_ENV[@]}" "$RMQ_BIN/rabbitmqctl" "$@"
 }
 
-# Three free loopback ports (AMQP, distribution, epmd), in one line
+# Three free loopback ports (AMQP, distribution, epmd), in one line: at
+# random below the kernel's ephemeral range, where no outgoing connection
+# can take one between this check and the node's bind
 rmq_free_ports() {
 	"${IDEM_PYTHON:-/usr/bin/python3}" -c '
-import socket
-socks = [socket.socket() for _ in range(3)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))'
+import random, socket
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    low = int(f.read().split()[0])
+ports = []
+while len(ports) < 3:
+    port = random.randrange(10000, low)
+    if port in ports:
+        continue
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    ports.append(port)
+print(*ports)'
 }
 
-# rmq_start: start the node and wait (at most 90 s) until it runs; prints
-# how long that took.  Sets RMQ_URL (amqp://guest:guest@127.0.0.1:PORT/),
-# RMQ_PORT (AMQP), RMQ_DIST_PORT, RMQ_EPMD_PORT, RMQ_NODE, RMQ_DIR, and
-# RMQ_START_MS (how long it took).
-rmq_start() {
-	local started i
-	rmq_check || return 1
-	started=$(date +%s%N)
-	RMQ_DIR=$(mktemp -d "${TMPDIR:-/tmp}/idem-rabbitmq.XXXXXX")
-	read -r RMQ_PORT RMQ_DIST_PORT RMQ_EPMD_PORT < <(rmq_free_ports)
-	RMQ_NODE=idem-$$-$RANDOM@localhost
-	RMQ_URL=amqp://guest:guest@127.0.0.1:$RMQ_PORT/
-	# the default guest user may connect from loopback only, as by default
-	printf '%s\n' "log.console = false" "log.file.level = info" >"$RMQ_DIR/rabbitmq.conf"
-	# quorum queues update the counts of list_queues every tick: 1 s, not 5
-	echo '[{rabbit, [{quorum_tick_interval, 1000}]}].' >"$RMQ_DIR/advanced.config"
-	echo '[].' >"$RMQ_DIR/enabled_plugins"
-	: >"$RMQ_DIR/rabbitmq-env.conf"
+# The node's environment, in RMQ_ENV, from RMQ_DIR, RMQ_NODE and the ports
+rmq_env() {
 	RMQ_ENV=(HOME="$RMQ_DIR"
 		RABBITMQ_CONF_ENV_FILE="$RMQ_DIR/rabbitmq-env.conf"
 		RABBITMQ_CONFIG_FILE="$RMQ_DIR/rabbitmq"
@@ -85,18 +81,56 @@ rmq_start() {
 		ERL_EPMD_PORT="$RMQ_EPMD_PORT"
 		ERL_EPMD_ADDRESS=127.0.0.1
 		ERL_CRASH_DUMP="$RMQ_DIR/erl_crash.dump")
-	# epmd in the foreground, so that its pid is ours to stop, and listening
-	# before the node starts (which would start an epmd -daemon otherwise)
-	env "${RMQ_ENV[@]}" epmd -port "$RMQ_EPMD_PORT" >"$RMQ_DIR/epmd.log" 2>&1 &
-	RMQ_EPMD_PID=$!
-	for i in $(seq 1 100); do
-		env "${RMQ_ENV[@]}" epmd -port "$RMQ_EPMD_PORT" -names >/dev/null 2>&1 && break
-		if ! kill -0 "$RMQ_EPMD_PID" 2>/dev/null; then
-			echo "FAIL: epmd did not start on port $RMQ_EPMD_PORT:" "$(cat "$RMQ_DIR/epmd.log")" >&2
-			return 1
-		fi
-		sleep 0.1
+}
+
+# Start this node's epmd on a free port (three tries, new ports each) and
+# wait until it answers: in the foreground, so that its pid is ours to
+# stop, and before the node, which would start an epmd -daemon otherwise
+rmq_start_epmd() {
+	local try i
+	for try in 1 2 3; do
+		read -r RMQ_PORT RMQ_DIST_PORT RMQ_EPMD_PORT < <(rmq_free_ports)
+		rmq_env
+		env "${RMQ_ENV[@]}" epmd -port "$RMQ_EPMD_PORT" >>"$RMQ_DIR/epmd.log" 2>&1 &
+		RMQ_EPMD_PID=$!
+		for i in $(seq 1 100); do
+			env "${RMQ_ENV[@]}" epmd -port "$RMQ_EPMD_PORT" -names >/dev/null 2>&1 && return 0
+			kill -0 "$RMQ_EPMD_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill "$RMQ_EPMD_PID" 2>/dev/null || true
+		wait "$RMQ_EPMD_PID" 2>/dev/null || true
+		echo "rabbitmq: epmd did not start on port $RMQ_EPMD_PORT (try $try)" >&2
 	done
+	RMQ_EPMD_PID=
+	return 1
+}
+
+# rmq_start: start the node and wait (at most 90 s) until it runs; prints
+# how long that took.  Sets RMQ_URL (amqp://guest:guest@127.0.0.1:PORT/),
+# RMQ_PORT (AMQP), RMQ_DIST_PORT, RMQ_EPMD_PORT, RMQ_NODE, RMQ_DIR, and
+# RMQ_START_MS (how long it took).  One node per shell: a subshell may
+# start another.
+rmq_start() {
+	local started
+	# nothing of a node this shell inherited: rmq_stop stops only this one
+	RMQ_DIR= RMQ_PID= RMQ_EPMD_PID=
+	rmq_check || return 1
+	started=$(date +%s%N)
+	RMQ_DIR=$(mktemp -d "${TMPDIR:-/tmp}/idem-rabbitmq.XXXXXX")
+	RMQ_NODE=idem-$$-$RANDOM@localhost
+	# the default guest user may connect from loopback only, as by default
+	printf '%s\n' "log.console = false" "log.file.level = info" >"$RMQ_DIR/rabbitmq.conf"
+	# quorum queues update the counts of list_queues every tick: 1 s, not 5
+	echo '[{rabbit, [{quorum_tick_interval, 1000}]}].' >"$RMQ_DIR/advanced.config"
+	echo '[].' >"$RMQ_DIR/enabled_plugins"
+	: >"$RMQ_DIR/rabbitmq-env.conf"
+	if ! rmq_start_epmd; then
+		echo "FAIL: epmd did not start; its log:" "$(cat "$RMQ_DIR/epmd.log")" >&2
+		return 1
+	fi
+	RMQ_URL=amqp://guest:guest@127.0.0.1:$RMQ_PORT/
+	# rabbitmq-server is a shell that runs the node (beam.smp) as its child
 	(cd "$RMQ_DIR" && exec env "${RMQ_ENV[@]}" "$RMQ_BIN/rabbitmq-server") >"$RMQ_DIR/server.log" 2>&1 &
 	RMQ_PID=$!
 	if ! rmq_ctl -q wait "$RMQ_DIR/rabbitmq.pid" --timeout 90 >"$RMQ_DIR/wait.log" 2>&1; then
@@ -108,20 +142,22 @@ rmq_start() {
 	echo "rabbitmq: node $RMQ_NODE on 127.0.0.1:$RMQ_PORT started in $((RMQ_START_MS / 1000)).$(printf '%03d' $((RMQ_START_MS % 1000))) s"
 }
 
-# rmq_stop: stop the node (rabbitmqctl stop, then kill -9 if it still runs)
-# and its epmd, and remove its directory; nothing if it was not started
+# rmq_stop: stop the node (rabbitmqctl stop, then kill -9 of the node and
+# of its rabbitmq-server shell if either still runs) and its epmd, and
+# remove its directory; nothing if it was not started
 rmq_stop() {
-	local pid
+	local node
 	[ -n "$RMQ_DIR" ] || return 0
-	if [ -n "$RMQ_PID" ] && kill -0 "$RMQ_PID" 2>/dev/null; then
+	node=$(cat "$RMQ_DIR/rabbitmq.pid" 2>/dev/null || true)
+	if [ -n "$node" ] && kill -0 "$node" 2>/dev/null; then
 		timeout 30 env "${RMQ_ENV[@]}" "$RMQ_BIN/rabbitmqctl" -q stop "$RMQ_DIR/rabbitmq.pid" \
 			>/dev/null 2>&1 || true
-		pid=$(cat "$RMQ_DIR/rabbitmq.pid" 2>/dev/null || true)
-		for pid in $pid $RMQ_PID; do
-			kill -KILL "$pid" 2>/dev/null || true
-		done
+		kill -0 "$node" 2>/dev/null && kill -KILL "$node" 2>/dev/null
 	fi
-	[ -z "$RMQ_PID" ] || wait "$RMQ_PID" 2>/dev/null || true
+	if [ -n "$RMQ_PID" ]; then
+		kill -0 "$RMQ_PID" 2>/dev/null && kill -KILL "$RMQ_PID" 2>/dev/null
+		wait "$RMQ_PID" 2>/dev/null || true
+	fi
 	if [ -n "$RMQ_EPMD_PID" ]; then
 		kill "$RMQ_EPMD_PID" 2>/dev/null || true
 		wait "$RMQ_EPMD_PID" 2>/dev/null || true
