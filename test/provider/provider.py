@@ -9,16 +9,14 @@ listens) and keeps its state in D/state.json, replaced atomically after
 every change, so a restart keeps its charges, keys and counts.
 
   POST /charges        {"amount", "currency", "reference"}: 201 and a new
-                       charge; with an Idempotency-Key header (1 to 255
-                       characters, --max-key-length), de-duplicated
-                       by that key: the same key and body again gives the
-                       first charge, 200, with Idempotent-Replayed: true; the
-                       same key with another body 422; a key whose first
-                       request is still running 409.  Without the header
-                       every request charges.
+                       charge; with an Idempotency-Key (at most 255
+                       characters, --max-key-length), the same key and body
+                       again gives the first charge, 200, Idempotent-Replayed:
+                       true; another body 422; while the key's first request
+                       runs 409.  Without the header every request charges.
   GET  /charges?reference=R (or ?idempotency_key=K, or neither: all)
   GET  /charges/ID     one charge, or 404
-  GET  /stats          counts: charges, requests (POST /charges seen),
+  GET  /stats          counts: charges, requests (valid POST /charges),
                        replays, conflicts (409), mismatches (422), faults
   GET  /health         200 once it listens
   POST /faults         {"action", "delay_ms", "delay_after_ms", "times",

@@ -7,7 +7,8 @@
 # with -9 gives its unacked messages back (redelivered, with
 # x-delivery-count 1), a poison message nacked every time ends in the
 # dead-letter queue after the configured tries, the counts of list_queues
-# say so, a second node beside it does not disturb it, and rmq_stop leaves
+# say so, a second node started beside it (and a start that fails in a
+# subshell) does not disturb it, and rmq_stop leaves
 # no process, port or file behind.  Fails (does not skip) when Debian's
 # rabbitmq-server is not installed.
 source test/scripts/lib/examples.sh
