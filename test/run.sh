@@ -66,6 +66,8 @@ command -v npm >/dev/null || IDEM_PACKAGES+=(npm)
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || IDEM_PACKAGES+=(golang-go)
 # The postgres_exporter queries file's check (test/scripts/monitoring_queries.sh)
 IDEM_PACKAGES+=(python3-yaml)
+# The throwaway RabbitMQ node of the consumer tests (test/scripts/lib/rabbitmq.sh)
+IDEM_PACKAGES+=(rabbitmq-server)
 
 # The worker stays paused on the suite's cluster: the SQL tests create expired
 # and overdue records on purpose and look at them.  The worker's own tests
