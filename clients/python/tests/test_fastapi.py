@@ -10,19 +10,20 @@ from typing import Any
 
 import psycopg
 import pytest
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from pg_idempotency import IdempotencySettings
 from pg_idempotency.fastapi import FastAPIIdempotency, IdempotencyConnection, idempotency_exempt, idempotent
 from pg_idempotency.starlette import StarletteIdempotency
 
-from behaviour import Answer, Behaviour, Post, handler_answer, handler_sql, principal
+from behaviour import DECLINED_BODY, Answer, Behaviour, Declined, Post, handler_answer, handler_sql, principal
 from conftest import DB, Db, conninfo
 
 
@@ -42,6 +43,11 @@ async def effect(request: Request, conn: psycopg.AsyncConnection[Any]) -> Respon
     assert row is not None
     if query:
         await conn.execute(query)
+    if request.headers.get("x-test-fail-first"):
+        with contextlib.suppress(psycopg.errors.DivisionByZero):
+            await conn.execute("SELECT 1/0")
+    if request.headers.get("x-test-http-error"):
+        raise HTTPException(402, detail="payment required")
     status, headers, body = handler_answer(request.headers.get, row[0])
     response = Response(body, status_code=status)
     for name, value in headers:
@@ -66,6 +72,11 @@ def build(dbname: str = DB, server_options: str | None = None, **settings: Any) 
             await pool.close()
 
     app = FastAPI(lifespan=lifespan)
+
+    @app.exception_handler(Declined)
+    async def declined(request: Request, exc: Declined) -> Response:
+        return Response(DECLINED_BODY, status_code=402, media_type="application/json")
+
     router = APIRouter(route_class=idem.route_class)
 
     @router.post("/effects")
@@ -121,6 +132,9 @@ def adapt(client: TestClient) -> Post:
 
 
 class TestFastAPI(Behaviour):
+    def final_http_errors(self) -> Any:
+        return StarletteHTTPException
+
     @pytest.fixture
     def make_client(self) -> Iterator[Callable[..., Post]]:
         with contextlib.ExitStack() as stack:

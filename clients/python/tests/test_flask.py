@@ -6,15 +6,24 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import psycopg
 import pytest
 from flask import Flask, Response, abort, request
 from psycopg_pool import ConnectionPool
+from werkzeug.exceptions import HTTPException
 
 from pg_idempotency import IdempotencySettings
 from pg_idempotency.flask import FlaskIdempotency, connection
 
-from behaviour import Answer, Behaviour, Post, handler_answer, handler_sql, principal
+from behaviour import DECLINED_BODY, Answer, Behaviour, Declined, Post, handler_answer, handler_sql, principal
 from conftest import DB, Db, conninfo
+
+
+class PaymentRequired(HTTPException):
+    """Werkzeug has no exception of its own for 402."""
+
+    code = 402
+    description = "Payment required."
 
 
 def scope(req: Any) -> str | None:
@@ -28,8 +37,13 @@ def effect() -> Response:
     assert row is not None
     if query:
         conn.execute(query)
+    if request.headers.get("X-Test-Fail-First"):
+        with contextlib.suppress(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1/0")
     if request.headers.get("X-Test-Abort"):
         abort(404)
+    if request.headers.get("X-Test-Http-Error"):
+        raise PaymentRequired()
     status, headers, body = handler_answer(request.headers.get, row[0])
     return Response(body, status=status, headers=headers)
 
@@ -42,6 +56,10 @@ def build(stack: contextlib.ExitStack, dbname: str = DB, server_options: str | N
     stack.callback(pool.close)
     app = Flask(__name__)
     idem = FlaskIdempotency(pool, IdempotencySettings(scope=scope, **settings), app)
+
+    @app.errorhandler(Declined)
+    def declined(exc: Declined) -> Response:
+        return Response(DECLINED_BODY, status=402, content_type="application/json")
 
     @app.post("/effects")
     @idem.idempotent(operation="create-effect")
@@ -79,6 +97,9 @@ def build(stack: contextlib.ExitStack, dbname: str = DB, server_options: str | N
 
 
 class TestFlask(Behaviour):
+    def final_http_errors(self) -> Any:
+        return HTTPException
+
     @pytest.fixture
     def make_client(self) -> Iterator[Callable[..., Post]]:
         with contextlib.ExitStack() as stack:

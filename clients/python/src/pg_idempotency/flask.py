@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
-from flask import Flask, Response, g, make_response, request
+from flask import Flask, Response, current_app, g, make_response, request
 from flask.typing import ResponseReturnValue
 from psycopg_pool import ConnectionPool
-from werkzeug.exceptions import HTTPException
 
 from ._routes import angle_template
 from .http import RequestData, ResponseData
@@ -73,15 +72,26 @@ def _to_flask(data: ResponseData) -> Response:
     return response
 
 
+def _resolve(exc: Exception) -> Response | None:
+    """Flask's response to ``exc`` (Werkzeug's HTTP errors, the app's error handlers), or ``None``."""
+    try:
+        rv = current_app.handle_user_exception(exc)
+    except Exception as raised:
+        if raised is exc:
+            return None
+        raise
+    return current_app.make_response(rv)
+
+
 class FlaskIdempotency(Idempotency):
     """:class:`~pg_idempotency.Idempotency` for Flask; ``app`` (or :meth:`init_app`) checks the version.
 
-    Werkzeug HTTP errors (``abort(404)``) raised by a view are rolled back
-    and re-raised to Flask; any other exception is rolled back and answered
-    ``internal-error``.
+    An exception raised by a view is rolled back and answered as Flask
+    resolves it (Werkzeug's HTTP errors, ``abort(402)``, and the app's
+    ``errorhandler`` functions), whatever its status; one of the settings'
+    ``final_errors`` is completed with that answer instead. An exception
+    Flask has no handler for is rolled back and answered ``internal-error``.
     """
-
-    framework_errors: ClassVar[tuple[type[BaseException], ...]] = (HTTPException,)
 
     def __init__(
         self,
@@ -120,9 +130,11 @@ class FlaskIdempotency(Idempotency):
                         setattr(g, _G, None)
 
                 if request.method.upper() not in settings.methods:
-                    result = self.transaction(run, _describe, settings=settings)
+                    result = self.transaction(run, _describe, resolve=_resolve, settings=settings)
                 else:
-                    result = self.run(_request_data(), run, _describe, scope_arg=request, settings=settings)
+                    result = self.run(
+                        _request_data(), run, _describe, resolve=_resolve, scope_arg=request, settings=settings
+                    )
                 return _to_flask(result) if isinstance(result, ResponseData) else result
 
             return cast(F, wrapper)

@@ -79,7 +79,7 @@ DEFAULT_MAPPING: Mapping[str, Problem] = MappingProxyType(
         "unsupported-envelope": Problem(
             500,
             "Unsupported response envelope",
-            "The stored response was written in a newer envelope version than this service reads.",
+            "The stored response cannot be read by this service: a newer envelope version, or not a valid envelope.",
         ),
         "internal-error": Problem(500, "Internal error", "The request failed; retry it later."),
     }

@@ -6,17 +6,27 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Union
 
 from .fingerprint import validate_pointer
 from .mapping import DEFAULT_MAPPING, Problem
 
-__all__ = ["DEFAULT_REPLAY_HEADERS", "DEFAULT_RETRYABLE_STATUSES", "IdempotencySettings", "ScopeFunction"]
+__all__ = [
+    "DEFAULT_REPLAY_HEADERS",
+    "DEFAULT_RETRYABLE_STATUSES",
+    "FinalErrors",
+    "IdempotencySettings",
+    "ScopeFunction",
+]
 
 #: A function of the framework's request that returns the principal (the
 #: key's scope), or ``None`` (or ``""``) when there is none (401).
 #: Async integrations also accept a coroutine function.
 ScopeFunction = Callable[[Any], "str | None | Awaitable[str | None]"]
+
+#: Raised errors completed instead of rolled back: an exception class, a
+#: tuple of them, or a predicate of the exception.
+FinalErrors = Union[type[BaseException], tuple[type[BaseException], ...], Callable[[BaseException], bool]]
 
 #: The response headers a replay gives back by default.
 DEFAULT_REPLAY_HEADERS: frozenset[str] = frozenset({"content-type", "location"})
@@ -42,6 +52,10 @@ class IdempotencySettings:
             runs without idempotency (in a transaction of its own).
         replay_headers: the allow-list of stored headers (lower-cased).
         retryable_statuses: handler statuses that roll back instead of completing.
+        final_errors: raised errors that are completed with the status and body
+            the framework resolves for them (and replayed), instead of rolled
+            back: an exception class, a tuple of them, or a predicate of the
+            exception. Default: none (every raised error is rolled back).
         mapping: the answer of each problem code (:data:`~pg_idempotency.DEFAULT_MAPPING`).
         retry_after: seconds of ``Retry-After``, for the rows that have it.
         methods: the methods made idempotent by a middleware (others pass through).
@@ -54,6 +68,7 @@ class IdempotencySettings:
     key_required: bool = True
     replay_headers: Collection[str] = DEFAULT_REPLAY_HEADERS
     retryable_statuses: Collection[int] = DEFAULT_RETRYABLE_STATUSES
+    final_errors: FinalErrors = ()
     mapping: Mapping[str, Problem] = field(default_factory=lambda: DEFAULT_MAPPING)
     retry_after: int = 1
     methods: Collection[str] = frozenset({"POST", "PATCH"})
@@ -69,6 +84,13 @@ class IdempotencySettings:
             raise ValueError("ttl must be positive")
         if self.retry_after < 0:
             raise ValueError("retry_after must not be negative")
+        final = self.final_errors
+        if isinstance(final, type) or isinstance(final, tuple):
+            classes = (final,) if isinstance(final, type) else final
+            if not all(isinstance(c, type) and issubclass(c, BaseException) for c in classes):
+                raise TypeError("final_errors must be exception classes or a predicate of the exception")
+        elif not callable(final):
+            raise TypeError("final_errors must be exception classes or a predicate of the exception")
         if self.operation is not None and not self.operation:
             raise ValueError("operation must not be empty")
         object.__setattr__(self, "replay_headers", frozenset(h.lower() for h in self.replay_headers))
@@ -94,3 +116,10 @@ class IdempotencySettings:
     def is_retryable(self, status: int) -> bool:
         """Whether a handler status rolls back instead of completing."""
         return status in self.retryable_statuses
+
+    def is_final(self, error: BaseException) -> bool:
+        """Whether a raised error is completed (``final_errors``) instead of rolled back."""
+        final = self.final_errors
+        if isinstance(final, (type, tuple)):
+            return isinstance(error, final)
+        return bool(final(error))

@@ -21,10 +21,12 @@ stop the commit). FastAPI: :mod:`pg_idempotency.fastapi`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -104,17 +106,38 @@ async def _buffered(response: Response) -> Response:
     return response
 
 
+async def _resolve(request: Request, exc: Exception) -> Response | None:
+    """The response of the application's exception handler for ``exc`` (as Starlette picks it), or ``None``.
+
+    ``HTTPException`` by its status first, then by the exception's classes
+    (FastAPI's handlers of its validation errors are among them); an
+    exception without a handler is not resolved.
+    """
+    handlers, status_handlers = request.scope.get("starlette.exception_handlers", ({}, {}))
+    handler = status_handlers.get(exc.status_code) if isinstance(exc, HTTPException) else None
+    if handler is None:
+        handler = next((handlers[cls] for cls in type(exc).__mro__ if cls in handlers), None)
+    if handler is None:
+        return None
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+        response = await handler(request, exc)
+    else:
+        response = await run_in_threadpool(handler, request, exc)
+    return None if response is None else await _buffered(response)
+
+
 class StarletteIdempotency(AsyncIdempotency):
     """:class:`~pg_idempotency.AsyncIdempotency` for FastAPI and Starlette.
 
-    Starlette's ``HTTPException`` raised by a handler is rolled back and
-    re-raised to the framework's handlers; any other exception is rolled
-    back and answered ``internal-error``. Await :meth:`check_version` in the
+    An exception raised by a handler is rolled back and answered as the
+    application's exception handlers resolve it (Starlette's
+    ``HTTPException``, FastAPI's validation errors, yours), whatever its
+    status; one of the settings' ``final_errors`` is completed with that
+    answer instead. An exception without a handler is rolled back and
+    answered ``internal-error``. Await :meth:`check_version` in the
     application's lifespan to refuse to start on a missing or old
     extension; otherwise the first request checks it.
     """
-
-    framework_errors: ClassVar[tuple[type[BaseException], ...]] = (HTTPException,)
 
     def wrap(
         self,
@@ -137,11 +160,19 @@ class StarletteIdempotency(AsyncIdempotency):
                 finally:
                     setattr(request.state, _STATE, None)
 
+            async def resolve(exc: Exception) -> Response | None:
+                return await _resolve(request, exc)
+
             if exempt or request.method.upper() not in settings.methods:
-                result = await self.transaction(run, _describe, settings=settings)
+                result = await self.transaction(run, _describe, resolve=resolve, settings=settings)
             else:
                 result = await self.run(
-                    _request_data(request, route, body), run, _describe, scope_arg=request, settings=settings
+                    _request_data(request, route, body),
+                    run,
+                    _describe,
+                    resolve=resolve,
+                    scope_arg=request,
+                    settings=settings,
                 )
             return to_response(result) if isinstance(result, ResponseData) else result
 
