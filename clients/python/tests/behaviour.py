@@ -56,6 +56,8 @@ def principal(authorization: str | None) -> str | None:
     """The test apps' scope: ``Bearer user-x`` is the principal ``user-x``."""
     if not authorization or not authorization.startswith("Bearer user-"):
         return None
+    if authorization == "Bearer user-nul":
+        return "user-\x00"
     return authorization[len("Bearer ") :]
 
 
@@ -63,6 +65,8 @@ def handler_sql(headers: Callable[[str], str | None]) -> tuple[str | None, str |
     """The SQL a test handler runs after its INSERT (for X-Test-Sql-Error), and its key."""
     state = headers("x-test-sql-error")
     query = None
+    if headers("x-test-terminate") is not None:
+        query = "SELECT pg_terminate_backend(pg_backend_pid())"
     if state is not None:
         assert len(state) == 5 and state.isalnum()
         query = f"DO $$BEGIN RAISE EXCEPTION 'secret text' USING ERRCODE = '{state}'; END$$"
@@ -224,6 +228,13 @@ class Behaviour:
     def test_unauthenticated(self, client: Post, db: Db) -> None:
         _problem(self.post(client, auth=None), 401, "unauthenticated")
         _problem(self.post(client, auth="Bearer nobody"), 401, "unauthenticated")
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    @pytest.mark.parametrize("auth", ["Bearer user-nul", "Bearer user-" + "x" * 300])
+    def test_principal_the_server_cannot_take(self, client: Post, db: Db, auth: str) -> None:
+        # a NUL (PostgreSQL's text has none), more than 255 bytes (the extension's 22023)
+        _problem(self.post(client, auth=auth), 400, "invalid-request")
         assert db.effects() == 0
         assert db.records() == 0
 
@@ -585,6 +596,16 @@ class Behaviour:
         assert "secret" not in body["detail"]
         assert db.effects() == 0
         assert db.records() == 0
+
+    def test_connection_lost_in_the_handler(self, client: Post, db: Db) -> None:
+        # the server ends the handler's session: rolled back, 503 unavailable, and the next request runs
+        answer = self.post(client, headers=[("X-Test-Terminate", "1")])
+        _problem(answer, 503, "unavailable")
+        assert answer.headers["retry-after"] == "1"
+        assert db.effects() == 0
+        assert db.records() == 0
+        assert self.post(client).status == 201
+        assert db.effects() == 1
 
     def test_read_only(self, make_client: Callable[..., Post], db: Db) -> None:
         client = make_client(server_options=READ_ONLY)

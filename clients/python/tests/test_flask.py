@@ -142,3 +142,34 @@ class TestFlask(Behaviour):
         pool: ConnectionPool[Any] = ConnectionPool(conninfo(DB), open=False)
         with pytest.raises(ValueError, match="scope"):
             FlaskIdempotency(pool, IdempotencySettings())
+
+
+def test_no_connection_in_time_is_503_unavailable(db: Db) -> None:
+    # every pooled connection is held: the request waits for the pool's timeout, then 503
+    with ConnectionPool(conninfo(DB), min_size=1, max_size=1, timeout=0.5, kwargs={"autocommit": True}) as pool:
+        app = Flask(__name__)
+        idem = FlaskIdempotency(pool, IdempotencySettings(scope=scope), app)
+
+        @app.post("/effects")
+        @idem.idempotent(operation="create-effect")
+        def effects() -> Response:
+            return effect()
+
+        h = {"Idempotency-Key": "k1", "Authorization": "Bearer user-a"}
+        with pool.connection():
+            r = app.test_client().post("/effects", json={}, headers=h)
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert r.get_json()["code"] == "unavailable"
+        assert app.test_client().post("/effects", json={}, headers=h).status_code == 201
+    assert db.effects() == 1
+
+
+def test_database_unreachable_is_503_unavailable() -> None:
+    # nothing listens: the version check of the first request cannot connect either
+    dead = conninfo(DB) + " host=127.0.0.1 port=1 connect_timeout=1"
+    with ConnectionPool(dead, min_size=0, max_size=1, timeout=0.5, open=True) as pool:
+        app = Flask(__name__)
+        idem = FlaskIdempotency(pool, IdempotencySettings(scope=scope))
+        app.add_url_rule("/effects", view_func=idem.idempotent(operation="x")(effect), methods=["POST"])
+        r = app.test_client().post("/effects", json={}, headers={"Idempotency-Key": "k", "Authorization": "Bearer user-a"})
+        assert r.status_code == 503 and r.get_json()["code"] == "unavailable"

@@ -234,3 +234,26 @@ def test_the_sync_and_async_shells_do_not_drift() -> None:
     sync, asynchronous = _statements(_core_runner.run_sync), _statements(_core_runner.run_async)
     assert "await " in ast.unparse(ast.parse(inspect.getsource(_core_runner.run_async)))
     assert sync == asynchronous
+
+
+def test_no_connection_in_time_is_503_unavailable_async(db: Db) -> None:
+    """The HTTP run on the async runner: the pool's only connection is held, so the request is 503."""
+    from pg_idempotency import RequestData, ResponseData
+
+    async def scenario() -> ResponseData:
+        async with AsyncConnectionPool(conninfo(DB), min_size=1, max_size=1, timeout=0.5) as pool:
+            idem = AsyncIdempotency(pool, SETTINGS, check=False)
+
+            async def handler(conn: psycopg.AsyncConnection[Any]) -> ResponseData:
+                return ResponseData(201)
+
+            async with pool.connection():
+                request = RequestData("POST", "/x", [("Idempotency-Key", "k")], b"")
+                answer: ResponseData = await idem.run(request, handler)
+                return answer
+
+    answer = asyncio.run(scenario())
+    assert answer.status == 503
+    assert answer.header("retry-after") == "1"
+    assert b'"unavailable"' in answer.body
+    assert db.records() == 0

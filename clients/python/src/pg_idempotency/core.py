@@ -150,11 +150,14 @@ def read_key(settings: IdempotencySettings, request: RequestData) -> str | None:
 
 
 def scope_value(principal: object) -> str:
-    """The scope of a scope function's result; raises ``unauthenticated`` for none."""
+    """The scope of a scope function's result; raises ``unauthenticated`` for none, ``invalid-request`` for a NUL."""
     if principal is None or principal == "":
         raise ProblemError("unauthenticated")
     if not isinstance(principal, str):
         raise TypeError(f"the scope function returned {type(principal).__name__}, not str or None")
+    if "\x00" in principal:
+        # PostgreSQL's text cannot hold it; one over 255 bytes is the extension's 22023
+        raise ProblemError("invalid-request", "The principal contains a NUL character.")
     return principal
 
 

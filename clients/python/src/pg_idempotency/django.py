@@ -203,7 +203,13 @@ def _run(
 ) -> HttpResponseBase:
     """The protocol around ``view()`` in ``transaction.atomic(using=alias)``, by the core runner."""
     if check and alias not in _checked:
-        check_version(alias)
+        try:
+            check_version(alias)
+        except Exception as e:  # the database unreachable is 503 unavailable; an old extension raises
+            unavailable = library_answer(settings, e)
+            if unavailable is None:
+                raise
+            return to_response(unavailable)
     assert settings.scope is not None
     idempotent_method = (request.method or "").upper() in settings.methods
     try:

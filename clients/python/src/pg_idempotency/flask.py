@@ -27,11 +27,11 @@ from typing import Any, TypeVar, cast
 import psycopg
 from flask import Flask, Response, current_app, g, make_response, request
 from flask.typing import ResponseReturnValue
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ._routes import angle_template
 from .http import RequestData, ResponseData
-from .runner import Idempotency
+from .runner import Idempotency, answer_error
 from .settings import IdempotencySettings
 
 __all__ = ["FlaskIdempotency", "connection"]
@@ -119,7 +119,10 @@ class FlaskIdempotency(Idempotency):
             @functools.wraps(view)
             def wrapper(*args: Any, **kwargs: Any) -> Response:
                 if self.extension_version is None:
-                    self.check_version()
+                    try:
+                        self.check_version()
+                    except (PoolTimeout, psycopg.OperationalError) as e:
+                        return _to_flask(answer_error(settings, e))
 
                 def run(conn: psycopg.Connection[Any]) -> Response:
                     g.setdefault(_G, None)

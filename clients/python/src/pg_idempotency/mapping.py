@@ -76,6 +76,9 @@ DEFAULT_MAPPING: Mapping[str, Problem] = MappingProxyType(
         ),
         "read-only": Problem(503, "Database read-only", "The database is read-only; retry later.", retry_after=True),
         "retry": Problem(503, "Retry", "The request conflicted with another one; retry it.", retry_after=True),
+        "unavailable": Problem(
+            503, "Database unavailable", "The database cannot be reached right now; retry later.", retry_after=True
+        ),
         "unsupported-envelope": Problem(
             500,
             "Unsupported response envelope",

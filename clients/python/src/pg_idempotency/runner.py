@@ -16,7 +16,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
-from typing import Any, ClassVar, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import psycopg
 from psycopg import pq
@@ -105,6 +105,19 @@ def _sqlstate(e: BaseException) -> tuple[str | None, str | None] | None:
     return None
 
 
+#: SQLSTATEs of a server going away: shutdown, crash, not accepting connections yet.
+_GONE = frozenset({"57P01", "57P02", "57P03"})
+
+
+def _connection_lost(e: BaseException) -> bool:
+    """Whether a database error is the connection failing or lost (not an error of a statement)."""
+    for error in (e, e.__cause__):
+        if isinstance(error, psycopg.OperationalError):
+            state = error.sqlstate
+            return state is None or state.startswith("08") or state in _GONE
+    return False
+
+
 def library_answer(settings: IdempotencySettings, e: BaseException) -> ResponseData | None:
     """The mapping's answer to an error of the library or the database, or ``None`` for any other error.
 
@@ -118,9 +131,9 @@ def library_answer(settings: IdempotencySettings, e: BaseException) -> ResponseD
     if isinstance(e, UnsendableResponse):
         logger.error("the response cannot be sent or stored; its transaction was rolled back: %s", e)
         return problem(settings, "internal-error")
-    if isinstance(e, PoolTimeout):
-        logger.warning("no connection free in the pool: %s", e)
-        return problem(settings, "retry")
+    if isinstance(e, PoolTimeout) or _connection_lost(e):
+        logger.warning("the database is unavailable: %s", e)
+        return problem(settings, "unavailable")
     database = _sqlstate(e)
     if database is not None:
         return error_response(settings, *database)
@@ -203,9 +216,6 @@ class Idempotency:
     a framework's own handlers) instead of being answered.
     """
 
-    #: An integration's framework errors, always passed through (before ``passthrough``).
-    framework_errors: ClassVar[tuple[type[BaseException], ...]] = ()
-
     def __init__(
         self,
         pool: ConnectionPool[Any],
@@ -216,7 +226,7 @@ class Idempotency:
     ) -> None:
         self.pool = pool
         self.settings = settings.validate()
-        self.passthrough = (*self.framework_errors, *passthrough)
+        self.passthrough = passthrough
         self.extension_version: str | None = None
         self._tx = _PoolTransactions(pool)
         if check:
@@ -362,8 +372,6 @@ class AsyncIdempotency:
     away) does not cancel it, so it commits and the retry replays.
     """
 
-    framework_errors: ClassVar[tuple[type[BaseException], ...]] = ()
-
     def __init__(
         self,
         pool: AsyncConnectionPool[Any],
@@ -374,7 +382,7 @@ class AsyncIdempotency:
     ) -> None:
         self.pool = pool
         self.settings = settings.validate()
-        self.passthrough = (*self.framework_errors, *passthrough)
+        self.passthrough = passthrough
         self.extension_version: str | None = None
         self._check = check
         self._tx = _AsyncPoolTransactions(pool)
@@ -443,9 +451,12 @@ class AsyncIdempotency:
 
         The scope function may be a coroutine function.
         """
-        if self._check and self.extension_version is None:
-            await self.check_version()
         s = settings or self.settings
+        if self._check and self.extension_version is None:
+            try:
+                await self.check_version()
+            except (PoolTimeout, psycopg.OperationalError) as e:
+                return answer_error(s, e)
         if s.scope is None:
             s.validate()
         assert s.scope is not None
