@@ -87,6 +87,7 @@ BAD_HEADERS = {
     "nul": ("X-Note", "a\x00b"),
     "latin1": ("Location", "/caf\xe9"),
     "name": ("X Note", "a"),
+    "euro": ("X-Note", "5 \u20ac"),
 }
 
 #: What ``X-Test-Bad-Body`` makes a handler answer: JSON that PostgreSQL's jsonb cannot store.
@@ -492,8 +493,16 @@ class Behaviour:
 
     # --- only what can be sent is committed ------------------------------
 
+    #: The cases of :data:`BAD_HEADERS` the framework rewrites into a value it can send.
+    rewritten_headers: frozenset[str] = frozenset()
+
     @pytest.mark.parametrize("case", sorted(BAD_HEADERS))
     def test_unsendable_header_rolls_back(self, client: Post, db: Db, case: str) -> None:
+        if case in self.rewritten_headers:
+            # what the server writes is visible ASCII: committed and replayed as it was sent
+            first = self.post(client, "/headers", headers=[("X-Test-Bad-Header", case)])
+            assert first.status == 201 and db.records("completed") == 1
+            return
         _problem(self.post(client, headers=[("X-Test-Bad-Header", case)]), 500, "internal-error")
         assert db.effects() == 0
         assert db.records() == 0
