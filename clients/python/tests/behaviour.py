@@ -524,6 +524,26 @@ class Behaviour:
         _problem(answer, 500, "internal-error")
         assert db.effects() == 0 and db.records() == 0
 
+    # --- bounded memory --------------------------------------------------
+
+    def test_body_over_the_limit(self, make_client: Callable[..., Post], db: Db) -> None:
+        client = make_client(max_body_bytes=64)
+        head, tail = b'{"order_id": "o-1", "note": "', b'"}'
+        at_limit = head + b"x" * (64 - len(head) - len(tail)) + tail
+        _problem(self.post(client, raw=at_limit + b" "), 413, "payload-too-large")
+        assert db.effects() == 0
+        assert db.records() == 0
+        assert self.post(client, raw=at_limit).status == 201
+        assert db.effects() == 1
+
+    def test_stored_response_over_the_limit(self, make_client: Callable[..., Post], db: Db) -> None:
+        client = make_client(max_response_bytes=60)
+        _problem(self.post(client), 500, "internal-error")
+        assert db.effects() == 0
+        assert db.records() == 0
+        # a retryable status stores nothing, so the limit does not apply to it
+        assert self.post(client, headers=[("X-Test-Status", "503")]).status == 503
+
     # --- replay only what is allowed -------------------------------------
 
     def _stored(self, client: Post, db: Db, response: str) -> Answer:

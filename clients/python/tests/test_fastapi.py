@@ -264,3 +264,18 @@ def test_commit_survives_the_client_going_away(db: Db) -> None:
         globals()["handler_sql"] = original
     assert db.effects() == 1
     assert db.records("completed") == 1
+
+
+def test_chunked_body_over_the_limit(db: Db) -> None:
+    """A body without Content-Length (chunked) over the limit is 413 too."""
+    app, _ = build(max_body_bytes=64)
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(10):
+            yield b"x" * 50
+
+    with TestClient(app) as client:
+        h = {"Idempotency-Key": "c", "Authorization": "Bearer user-a", "Content-Type": "text/plain"}
+        r = client.post("/effects", content=chunks(), headers=h)
+        assert r.status_code == 413 and r.json()["code"] == "payload-too-large"
+    assert db.records() == 0 and db.effects() == 0

@@ -42,6 +42,7 @@ __all__ = [
     "MismatchError",
     "ProblemError",
     "StuckError",
+    "check_body_size",
     "error_response",
     "outcome_error",
     "logger",
@@ -133,6 +134,12 @@ class Plan:
 def problem(settings: IdempotencySettings, code: str, detail: str | None = None) -> ResponseData:
     """The mapping's answer for ``code``."""
     return problem_response(settings.mapping, code, settings.retry_after, detail)
+
+
+def check_body_size(settings: IdempotencySettings, length: int | None) -> None:
+    """Raise ``payload-too-large`` for a body (or a ``Content-Length``) over ``max_body_bytes``."""
+    if length is not None and settings.max_body_bytes is not None and length > settings.max_body_bytes:
+        raise ProblemError("payload-too-large")
 
 
 def read_key(settings: IdempotencySettings, request: RequestData) -> str | None:

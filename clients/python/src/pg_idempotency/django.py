@@ -21,7 +21,8 @@ and ``idem_complete``: the ORM's writes and the key commit together.
 Keys of ``IDEMPOTENCY``: ``SCOPE`` (required), ``OPERATION``,
 ``FINGERPRINT``, ``TTL`` (a ``timedelta`` or seconds), ``KEY_REQUIRED``,
 ``REPLAY_HEADERS``, ``RETRYABLE_STATUSES``, ``FINAL_ERRORS`` (exception
-classes or their dotted paths, or a predicate), ``MAPPING``, ``RETRY_AFTER``,
+classes or their dotted paths, or a predicate), ``MAX_BODY_BYTES``,
+``MAX_RESPONSE_BYTES``, ``MAPPING``, ``RETRY_AFTER``,
 ``METHODS``, ``DATABASE`` (default ``"default"``), ``CHECK_VERSION``
 (default true).
 """
@@ -37,7 +38,13 @@ from typing import Any, TypeVar, cast
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
-from django.core.exceptions import BadRequest, ImproperlyConfigured, PermissionDenied, SuspiciousOperation
+from django.core.exceptions import (
+    BadRequest,
+    ImproperlyConfigured,
+    PermissionDenied,
+    RequestDataTooBig,
+    SuspiciousOperation,
+)
 from django.core.handlers.exception import response_for_exception
 from django.db import connections, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
@@ -46,7 +53,7 @@ from django.utils.module_loading import import_string
 
 from ._core_runner import Completion, run_sync
 from ._routes import angle_template
-from .core import Plan, ProblemError, plan, problem, read_key, scope_value
+from .core import Plan, ProblemError, check_body_size, plan, problem, read_key, scope_value
 from .runner import answer_error, answer_result, completion_of, library_answer, policy_of
 from .http import RequestData, ResponseData
 from .settings import IdempotencySettings
@@ -76,6 +83,8 @@ _KEYS = {
     "REPLAY_HEADERS": "replay_headers",
     "RETRYABLE_STATUSES": "retryable_statuses",
     "FINAL_ERRORS": "final_errors",
+    "MAX_BODY_BYTES": "max_body_bytes",
+    "MAX_RESPONSE_BYTES": "max_response_bytes",
     "MAPPING": "mapping",
     "RETRY_AFTER": "retry_after",
     "METHODS": "methods",
@@ -138,7 +147,15 @@ def _request_data(request: HttpRequest) -> RequestData:
             headers.append((name[5:].replace("_", "-").lower(), str(value)))
         elif name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
             headers.append((name.replace("_", "-").lower(), str(value)))
-    return RequestData(request.method or "GET", request.path, headers, request.body, route)
+    return RequestData(request.method or "GET", request.path, headers, _body(request), route)
+
+
+def _body(request: HttpRequest) -> bytes:
+    """The body; over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` it is ``payload-too-large`` too."""
+    try:
+        return request.body
+    except RequestDataTooBig:
+        raise ProblemError("payload-too-large") from None
 
 
 def _buffered(response: HttpResponseBase) -> HttpResponseBase:
@@ -213,7 +230,12 @@ def _run(
     assert settings.scope is not None
     idempotent_method = (request.method or "").upper() in settings.methods
     try:
+        if idempotent_method:
+            length = request.META.get("CONTENT_LENGTH")
+            check_body_size(settings, int(length) if length and str(length).isdigit() else None)
         data = _request_data(request)
+        if idempotent_method:
+            check_body_size(settings, len(data.body))
         key = read_key(settings, data) if idempotent_method else None
         p: Plan | None = None
         if key is not None:

@@ -28,8 +28,10 @@ import psycopg
 from flask import Flask, Response, current_app, g, make_response, request
 from flask.typing import ResponseReturnValue
 from psycopg_pool import ConnectionPool, PoolTimeout
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from ._routes import angle_template
+from .core import ProblemError, check_body_size, problem
 from .http import RequestData, ResponseData
 from .runner import Idempotency, answer_error
 from .settings import IdempotencySettings
@@ -49,13 +51,22 @@ def connection() -> psycopg.Connection[Any]:
     return conn
 
 
-def _request_data() -> RequestData:
+def _request_data(settings: IdempotencySettings) -> RequestData:
+    """The request, its body read no further than ``max_body_bytes`` (``payload-too-large`` beyond it)."""
     rule = request.url_rule.rule if request.url_rule is not None else None
+    check_body_size(settings, request.content_length)
+    limit = settings.max_body_bytes
+    if limit is not None and (request.max_content_length is None or request.max_content_length > limit):
+        request.max_content_length = limit
+    try:
+        body = request.get_data(cache=True)
+    except RequestEntityTooLarge:
+        raise ProblemError("payload-too-large") from None
     return RequestData(
         request.method,
         request.root_path + request.path,
         list(request.headers.items()),
-        request.get_data(cache=True),
+        body,
         angle_template(rule) if rule is not None else None,
     )
 
@@ -135,9 +146,11 @@ class FlaskIdempotency(Idempotency):
                 if request.method.upper() not in settings.methods:
                     result = self.transaction(run, _describe, resolve=_resolve, settings=settings)
                 else:
-                    result = self.run(
-                        _request_data(), run, _describe, resolve=_resolve, scope_arg=request, settings=settings
-                    )
+                    try:
+                        data = _request_data(settings)
+                    except ProblemError as e:
+                        return _to_flask(problem(settings, e.code, e.detail))
+                    result = self.run(data, run, _describe, resolve=_resolve, scope_arg=request, settings=settings)
                 return _to_flask(result) if isinstance(result, ResponseData) else result
 
             return cast(F, wrapper)

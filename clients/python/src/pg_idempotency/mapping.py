@@ -57,6 +57,7 @@ DEFAULT_MAPPING: Mapping[str, Problem] = MappingProxyType(
         ),
         "unauthenticated": Problem(401, "Unauthenticated", "This request needs an authenticated principal."),
         "invalid-request": Problem(400, "Invalid request", "The request has an invalid argument."),
+        "payload-too-large": Problem(413, "Payload too large", "The request body is larger than this service takes."),
         "in-progress": Problem(
             409,
             "Request in progress",

@@ -73,14 +73,18 @@ def completion_of(
     """The completion of a framework's response: checked as it will be sent, and its envelope.
 
     A response that cannot be sent raises :class:`~pg_idempotency.http.UnsendableResponse`
-    (rolled back, 500 ``internal-error``), whatever its status; a retryable
-    status is rolled back, so it needs no envelope.
+    (rolled back, 500 ``internal-error``), whatever its status, and so does
+    an envelope over ``max_response_bytes``; a retryable status is rolled
+    back, so it needs no envelope.
     """
     described = describe(response)
     check_sendable(described)
-    if settings.is_retryable(described.status):
+    if settings.is_retryable(described.status) or not keyed:
         return Completion(described.status, None, response)
-    envelope = build_envelope(described, settings.replay_headers) if keyed else None
+    envelope = build_envelope(described, settings.replay_headers)
+    limit = settings.max_response_bytes
+    if limit is not None and len(envelope) > limit and len(envelope.encode()) > limit:
+        raise UnsendableResponse(f"the response to store is over max_response_bytes ({limit})")
     return Completion(described.status, envelope, response)
 
 

@@ -14,6 +14,7 @@ from .mapping import DEFAULT_MAPPING, Problem
 __all__ = [
     "DEFAULT_REPLAY_HEADERS",
     "DEFAULT_RETRYABLE_STATUSES",
+    "DEFAULT_SIZE_LIMIT",
     "FinalErrors",
     "IdempotencySettings",
     "ScopeFunction",
@@ -30,6 +31,9 @@ FinalErrors = Union[type[BaseException], tuple[type[BaseException], ...], Callab
 
 #: The response headers a replay gives back by default.
 DEFAULT_REPLAY_HEADERS: frozenset[str] = frozenset({"content-type", "location"})
+
+#: The default of ``max_body_bytes`` and ``max_response_bytes``: 1 MiB, as Node's ``bodyLimit``.
+DEFAULT_SIZE_LIMIT = 1024 * 1024
 
 #: The handler statuses that roll back instead of completing: every 5xx, 408 and 429.
 DEFAULT_RETRYABLE_STATUSES: frozenset[int] = frozenset(range(500, 600)) | {408, 429}
@@ -56,6 +60,12 @@ class IdempotencySettings:
             the framework resolves for them (and replayed), instead of rolled
             back: an exception class, a tuple of them, or a predicate of the
             exception. Default: none (every raised error is rolled back).
+        max_body_bytes: the largest request body read on an idempotent route;
+            a larger one is 413 ``payload-too-large`` before anything is
+            reserved (``None``: no limit).
+        max_response_bytes: the largest envelope stored (UTF-8 bytes); a larger
+            response is rolled back and answered 500 ``internal-error``
+            (``None``: no limit).
         mapping: the answer of each problem code (:data:`~pg_idempotency.DEFAULT_MAPPING`).
         retry_after: seconds of ``Retry-After``, for the rows that have it.
         methods: the methods made idempotent by a middleware (others pass through).
@@ -69,6 +79,8 @@ class IdempotencySettings:
     replay_headers: Collection[str] = DEFAULT_REPLAY_HEADERS
     retryable_statuses: Collection[int] = DEFAULT_RETRYABLE_STATUSES
     final_errors: FinalErrors = ()
+    max_body_bytes: int | None = DEFAULT_SIZE_LIMIT
+    max_response_bytes: int | None = DEFAULT_SIZE_LIMIT
     mapping: Mapping[str, Problem] = field(default_factory=lambda: DEFAULT_MAPPING)
     retry_after: int = 1
     methods: Collection[str] = frozenset({"POST", "PATCH"})
@@ -82,6 +94,9 @@ class IdempotencySettings:
             object.__setattr__(self, "fingerprint", tuple(self.fingerprint))
         if self.ttl is not None and self.ttl <= timedelta(0):
             raise ValueError("ttl must be positive")
+        for limit in (self.max_body_bytes, self.max_response_bytes):
+            if limit is not None and limit < 0:
+                raise ValueError("max_body_bytes and max_response_bytes must not be negative")
         if self.retry_after < 0:
             raise ValueError("retry_after must not be negative")
         final = self.final_errors

@@ -31,8 +31,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from .core import ProblemError, check_body_size, problem
 from .http import RequestData, ResponseData
 from .runner import AsyncIdempotency
+from .settings import IdempotencySettings
 
 __all__ = ["StarletteIdempotency", "connection", "idempotency_exempt", "idempotent", "to_response"]
 
@@ -93,6 +95,21 @@ def to_response(data: ResponseData) -> Response:
     return response
 
 
+async def _read_body(request: Request, settings: IdempotencySettings) -> bytes:
+    """The request body, read no further than ``max_body_bytes`` (``payload-too-large`` beyond it)."""
+    length = request.headers.get("content-length")
+    check_body_size(settings, int(length) if length and length.isdigit() else None)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        check_body_size(settings, size)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # what request.body() and request.json() read from now on
+    return body
+
+
 async def _buffered(response: Response) -> Response:
     """The response with its body in memory (a streaming body is read whole, as it is stored)."""
     if isinstance(response, StreamingResponse):
@@ -151,7 +168,6 @@ class StarletteIdempotency(AsyncIdempotency):
         exempt = mark == _EXEMPT
 
         async def handler(request: Request) -> Response:
-            body = await request.body()
 
             async def run(conn: psycopg.AsyncConnection[Any]) -> Response:
                 setattr(request.state, _STATE, conn)
@@ -166,6 +182,10 @@ class StarletteIdempotency(AsyncIdempotency):
             if exempt or request.method.upper() not in settings.methods:
                 result = await self.transaction(run, _describe, resolve=resolve, settings=settings)
             else:
+                try:
+                    body = await _read_body(request, settings)
+                except ProblemError as e:
+                    return to_response(problem(settings, e.code, e.detail))
                 result = await self.run(
                     _request_data(request, route, body),
                     run,
