@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -543,6 +546,26 @@ class Behaviour:
         assert db.records() == 0
         # a retryable status stores nothing, so the limit does not apply to it
         assert self.post(client, headers=[("X-Test-Status", "503")]).status == 503
+
+    # --- bounded time ----------------------------------------------------
+
+    def test_time_limit_frees_the_key(self, make_client: Callable[..., Post], db: Db) -> None:
+        # the first handler hangs past the limit: its key is free for the retry while it still runs
+        client = make_client(time_limit=timedelta(milliseconds=400))
+        first: list[Answer] = []
+        hung = threading.Thread(target=lambda: first.append(self.post(client, headers=[("X-Test-Sleep", "2.5")])))
+        hung.start()
+        try:
+            time.sleep(1.2)
+            retry = self.post(client)
+        finally:
+            hung.join(15)
+        assert retry.status == 201 and "idempotent-replayed" not in retry.headers, retry.body
+        answer = first[0]
+        assert answer.status == 503 and answer.headers["retry-after"] == "1", answer.body
+        assert answer.json()["code"] == "timeout"
+        assert db.effects() == 1
+        assert db.records("completed") == 1
 
     # --- replay only what is allowed -------------------------------------
 

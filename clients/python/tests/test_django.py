@@ -9,6 +9,7 @@ views run their SQL on Django's own connection, inside the library's
 from __future__ import annotations
 
 import contextlib
+import time
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -72,6 +73,8 @@ def effect(request: HttpRequest, **kwargs: Any) -> HttpResponse:
         raise Http404("no such thing")
     if request.headers.get("X-Test-Http-Error"):
         raise PermissionDenied("not yours")
+    if request.headers.get("X-Test-Sleep"):
+        time.sleep(float(request.headers["X-Test-Sleep"]))
     status, headers, body = handler_answer(request.headers.get, effect_id)
     response = HttpResponse(body, status=status)
     for name, value in headers:

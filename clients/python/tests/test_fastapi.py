@@ -48,6 +48,8 @@ async def effect(request: Request, conn: psycopg.AsyncConnection[Any]) -> Respon
             await conn.execute("SELECT 1/0")
     if request.headers.get("x-test-http-error"):
         raise HTTPException(402, detail="payment required")
+    if request.headers.get("x-test-sleep"):
+        await asyncio.sleep(float(request.headers["x-test-sleep"]))
     status, headers, body = handler_answer(request.headers.get, row[0])
     response = Response(body, status_code=status)
     for name, value in headers:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -44,6 +45,8 @@ def effect() -> Response:
         abort(404)
     if request.headers.get("X-Test-Http-Error"):
         raise PaymentRequired()
+    if request.headers.get("X-Test-Sleep"):
+        time.sleep(float(request.headers["X-Test-Sleep"]))
     status, headers, body = handler_answer(request.headers.get, row[0])
     return Response(body, status=status, headers=headers)
 

@@ -42,8 +42,11 @@ __all__ = [
     "MismatchError",
     "ProblemError",
     "StuckError",
+    "TIME_LIMIT_SQL",
+    "TimeLimitExceeded",
     "check_body_size",
     "error_response",
+    "time_limit_params",
     "outcome_error",
     "logger",
     "plan",
@@ -62,6 +65,24 @@ RESERVE_SQL = (
 
 #: Completes the key with the response envelope and status.
 COMPLETE_SQL = "SELECT idem_complete(%s, %s, %s::jsonb, %s, scope => %s)"
+
+#: Bounds the key's transaction on the server (the sync integrations' ``time_limit``), in milliseconds.
+TIME_LIMIT_SQL = (
+    "SELECT set_config('statement_timeout', %s, true), set_config('idle_in_transaction_session_timeout', %s, true)"
+)
+
+
+def time_limit_params(settings: IdempotencySettings) -> tuple[str, str] | None:
+    """The parameters of :data:`TIME_LIMIT_SQL` for ``settings.time_limit``, or ``None`` without one."""
+    if settings.time_limit is None:
+        return None
+    ms = str(max(1, int(settings.time_limit.total_seconds() * 1000)))
+    return ms, ms
+
+
+class TimeLimitExceeded(Exception):
+    """The handler ran past ``time_limit``: rolled back, 503 ``timeout``."""
+
 
 #: The header a replay carries.
 REPLAYED_HEADER = ("Idempotent-Replayed", "true")

@@ -53,7 +53,17 @@ from django.utils.module_loading import import_string
 
 from ._core_runner import Completion, run_sync
 from ._routes import angle_template
-from .core import Plan, ProblemError, check_body_size, plan, problem, read_key, scope_value
+from .core import (
+    TIME_LIMIT_SQL,
+    Plan,
+    ProblemError,
+    check_body_size,
+    plan,
+    problem,
+    read_key,
+    scope_value,
+    time_limit_params,
+)
 from .runner import answer_error, answer_result, completion_of, library_answer, policy_of
 from .http import RequestData, ResponseData
 from .settings import IdempotencySettings
@@ -83,6 +93,7 @@ _KEYS = {
     "REPLAY_HEADERS": "replay_headers",
     "RETRYABLE_STATUSES": "retryable_statuses",
     "FINAL_ERRORS": "final_errors",
+    "TIME_LIMIT": "time_limit",
     "MAX_BODY_BYTES": "max_body_bytes",
     "MAX_RESPONSE_BYTES": "max_response_bytes",
     "MAPPING": "mapping",
@@ -119,6 +130,8 @@ def load_settings(**overrides: Any) -> tuple[IdempotencySettings, str, bool]:
         kwargs["final_errors"] = tuple(import_string(c) if isinstance(c, str) else c for c in final)
     elif isinstance(final, str):
         kwargs["final_errors"] = import_string(final)
+    if isinstance(kwargs.get("time_limit"), (int, float)):
+        kwargs["time_limit"] = timedelta(seconds=kwargs["time_limit"])
     if isinstance(kwargs.get("ttl"), (int, float)):
         kwargs["ttl"] = timedelta(seconds=kwargs["ttl"])
     kwargs.update(overrides)
@@ -243,7 +256,12 @@ def _run(
     except ProblemError as e:
         return to_response(problem(settings, e.code, e.detail))
 
+    limit = time_limit_params(settings)
+
     def fn(conn: None) -> Completion[HttpResponseBase]:
+        if limit is not None:
+            with connections[alias].cursor() as cur:
+                cur.execute(TIME_LIMIT_SQL, limit)
         return completion_of(settings, _buffered(view()), _describe, p is not None)
 
     def resolve(e: Exception) -> Completion[HttpResponseBase] | None:

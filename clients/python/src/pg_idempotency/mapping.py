@@ -77,6 +77,12 @@ DEFAULT_MAPPING: Mapping[str, Problem] = MappingProxyType(
         ),
         "read-only": Problem(503, "Database read-only", "The database is read-only; retry later.", retry_after=True),
         "retry": Problem(503, "Retry", "The request conflicted with another one; retry it.", retry_after=True),
+        "timeout": Problem(
+            503,
+            "Request timed out",
+            "The request took longer than this service allows; nothing was kept. Retry it.",
+            retry_after=True,
+        ),
         "unavailable": Problem(
             503, "Database unavailable", "The database cannot be reached right now; retry later.", retry_after=True
         ),
@@ -104,6 +110,8 @@ SQLSTATE_CODES: Mapping[str, str] = MappingProxyType(
         "25006": "read-only",
         "40001": "retry",
         "40P01": "retry",
+        "57014": "timeout",
+        "25P03": "timeout",
         "ID003": "in-progress",
         "ID004": "mismatch",
         "ID005": "stuck",

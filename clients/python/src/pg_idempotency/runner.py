@@ -26,6 +26,9 @@ from ._core_runner import Completion, Policy, Result, run_async, run_sync
 from ._json import dump_json
 from .core import (
     REPLAYED_HEADER,
+    TIME_LIMIT_SQL,
+    TimeLimitExceeded,
+    time_limit_params,
     KeyOutcomeError,
     Plan,
     ProblemError,
@@ -132,6 +135,9 @@ def library_answer(settings: IdempotencySettings, e: BaseException) -> ResponseD
         return problem(settings, e.code, e.detail)
     if isinstance(e, KeyOutcomeError):
         return problem(settings, e.code)
+    if isinstance(e, TimeLimitExceeded):
+        logger.warning("the handler ran past time_limit; its transaction was rolled back")
+        return problem(settings, "timeout")
     if isinstance(e, UnsendableResponse):
         logger.error("the response cannot be sent or stored; its transaction was rolled back: %s", e)
         return problem(settings, "internal-error")
@@ -349,7 +355,11 @@ class Idempotency:
         describe: Callable[[Any], ResponseData],
         resolve: Callable[[Exception], Any] | None,
     ) -> Any:
+        limit = time_limit_params(s)
+
         def fn(conn: psycopg.Connection[Any]) -> Completion[Any]:
+            if limit is not None:
+                conn.execute(TIME_LIMIT_SQL, limit)
             return completion_of(s, handler(conn), describe, p is not None)
 
         def resolved(e: Exception) -> Completion[Any] | None:
@@ -501,8 +511,16 @@ class AsyncIdempotency:
         describe: Callable[[Any], ResponseData],
         resolve: Callable[[Exception], Awaitable[Any]] | None,
     ) -> Any:
+        limit = s.time_limit
+
         async def fn(conn: psycopg.AsyncConnection[Any]) -> Completion[Any]:
-            return completion_of(s, await handler(conn), describe, p is not None)
+            if limit is None:
+                return completion_of(s, await handler(conn), describe, p is not None)
+            try:
+                response = await asyncio.wait_for(handler(conn), limit.total_seconds())
+            except asyncio.TimeoutError as e:
+                raise TimeLimitExceeded(f"the handler ran past {limit}") from e
+            return completion_of(s, response, describe, p is not None)
 
         async def resolved(e: Exception) -> Completion[Any] | None:
             response = await resolve(e) if resolve is not None else None

@@ -60,6 +60,14 @@ class IdempotencySettings:
             the framework resolves for them (and replayed), instead of rolled
             back: an exception class, a tuple of them, or a predicate of the
             exception. Default: none (every raised error is rolled back).
+        time_limit: how long the key's transaction may take from the handler's
+            start; past it the transaction is rolled back, the key freed and
+            the request answered 503 ``timeout`` (``None``: no limit). The
+            async integrations cancel the handler; the sync ones set the
+            transaction's ``statement_timeout`` and
+            ``idle_in_transaction_session_timeout``, so that a handler that
+            hangs in a statement or between statements cannot hold the key
+            longer (the server ends its session; the handler's later SQL fails).
         max_body_bytes: the largest request body read on an idempotent route;
             a larger one is 413 ``payload-too-large`` before anything is
             reserved (``None``: no limit).
@@ -79,6 +87,7 @@ class IdempotencySettings:
     replay_headers: Collection[str] = DEFAULT_REPLAY_HEADERS
     retryable_statuses: Collection[int] = DEFAULT_RETRYABLE_STATUSES
     final_errors: FinalErrors = ()
+    time_limit: timedelta | None = None
     max_body_bytes: int | None = DEFAULT_SIZE_LIMIT
     max_response_bytes: int | None = DEFAULT_SIZE_LIMIT
     mapping: Mapping[str, Problem] = field(default_factory=lambda: DEFAULT_MAPPING)
@@ -97,6 +106,8 @@ class IdempotencySettings:
         for limit in (self.max_body_bytes, self.max_response_bytes):
             if limit is not None and limit < 0:
                 raise ValueError("max_body_bytes and max_response_bytes must not be negative")
+        if self.time_limit is not None and self.time_limit <= timedelta(0):
+            raise ValueError("time_limit must be positive")
         if self.retry_after < 0:
             raise ValueError("retry_after must not be negative")
         final = self.final_errors
