@@ -61,6 +61,8 @@ def principal(authorization: str | None) -> str | None:
         return None
     if authorization == "Bearer user-nul":
         return "user-\x00"
+    if authorization == "Bearer user-boom":
+        raise RuntimeError("secret text of a scope function failure")
     return authorization[len("Bearer ") :]
 
 
@@ -239,6 +241,12 @@ class Behaviour:
     def test_principal_the_server_cannot_take(self, client: Post, db: Db, auth: str) -> None:
         # a NUL (PostgreSQL's text has none), more than 255 bytes (the extension's 22023)
         _problem(self.post(client, auth=auth), 400, "invalid-request")
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    def test_scope_function_that_fails(self, client: Post, db: Db) -> None:
+        body = _problem(self.post(client, auth="Bearer user-boom"), 500, "internal-error")
+        assert "secret" not in body["detail"]
         assert db.effects() == 0
         assert db.records() == 0
 

@@ -255,6 +255,8 @@ def _run(
             p = plan(settings, data, key, scope_value(settings.scope(request)))
     except ProblemError as e:
         return to_response(problem(settings, e.code, e.detail))
+    except Exception as e:  # a scope function that fails: problem+json, never Django's page
+        return to_response(answer_error(settings, e))
 
     limit = time_limit_params(settings)
 

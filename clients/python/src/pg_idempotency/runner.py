@@ -330,6 +330,8 @@ class Idempotency:
                 p = _scoped_plan(s, request, s.scope(request if scope_arg is None else scope_arg), key)
         except ProblemError as e:
             return problem(s, e.code, e.detail)
+        except Exception as e:  # a scope function that fails: problem+json, never the framework's page
+            return answer_error(s, e)
         return self._http(s, p, handler, describe, resolve)
 
     def transaction(
@@ -484,6 +486,8 @@ class AsyncIdempotency:
                 p = _scoped_plan(s, request, principal, key)
         except ProblemError as e:
             return problem(s, e.code, e.detail)
+        except Exception as e:  # a scope function that fails: problem+json, never the framework's page
+            return answer_error(s, e)
         return await self._shielded(self._http(s, p, handler, describe, resolve))
 
     async def transaction(
