@@ -69,6 +69,10 @@ def account_of(request: Request) -> str | None:
     return TOKENS.get(token.strip())
 
 
+class CardDeclined(Exception):
+    """The processor declined the card: a final answer (the settings' final_errors), 402 by its handler."""
+
+
 def problem(status: int, code: str, title: str, detail: str) -> Response:
     """An RFC 9457 problem response of the demo's own cases."""
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail, "code": code}
@@ -108,7 +112,8 @@ def latency_of(request: Request) -> float | None:
 
 def build_app(pool: AsyncConnectionPool[Any], bench: bool = False, on_ready: Any = None) -> FastAPI:
     """The demo application on ``pool`` (opened and closed by its lifespan)."""
-    idem = FastAPIIdempotency(pool, IdempotencySettings(scope=account_of))
+    # a raised error is rolled back, but a declined card is an answer: completed and replayed
+    idem = FastAPIIdempotency(pool, IdempotencySettings(scope=account_of, final_errors=CardDeclined))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -122,6 +127,11 @@ def build_app(pool: AsyncConnectionPool[Any], bench: bool = False, on_ready: Any
             await pool.close()
 
     app = FastAPI(title="pg-idempotency demo", lifespan=lifespan)
+
+    @app.exception_handler(CardDeclined)
+    async def card_declined(request: Request, exc: CardDeclined) -> Response:
+        return problem(402, "card-declined", "Card declined", "The card was declined.")
+
     router = APIRouter(route_class=idem.route_class)
 
     @router.post("/payments")
@@ -146,7 +156,7 @@ def build_app(pool: AsyncConnectionPool[Any], bench: bool = False, on_ready: Any
         if latency:
             await asyncio.sleep(latency)
         if declined:
-            return problem(402, "card-declined", "Card declined", "The card was declined.")
+            raise CardDeclined()  # its payment row (status declined) is kept with the 402
         body = {
             "id": row[0],
             "order_id": payment["order_id"],

@@ -24,8 +24,11 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -56,6 +59,10 @@ def principal(authorization: str | None) -> str | None:
     """The test apps' scope: ``Bearer user-x`` is the principal ``user-x``."""
     if not authorization or not authorization.startswith("Bearer user-"):
         return None
+    if authorization == "Bearer user-nul":
+        return "user-\x00"
+    if authorization == "Bearer user-boom":
+        raise RuntimeError("secret text of a scope function failure")
     return authorization[len("Bearer ") :]
 
 
@@ -63,17 +70,48 @@ def handler_sql(headers: Callable[[str], str | None]) -> tuple[str | None, str |
     """The SQL a test handler runs after its INSERT (for X-Test-Sql-Error), and its key."""
     state = headers("x-test-sql-error")
     query = None
+    if headers("x-test-terminate") is not None:
+        query = "SELECT pg_terminate_backend(pg_backend_pid())"
     if state is not None:
         assert len(state) == 5 and state.isalnum()
         query = f"DO $$BEGIN RAISE EXCEPTION 'secret text' USING ERRCODE = '{state}'; END$$"
     return query, headers("idempotency-key")
 
 
+class Declined(Exception):
+    """A test app's own error, which its handler registered with the framework answers 402."""
+
+
+#: The body the test apps' handler of :class:`Declined` answers.
+DECLINED_BODY = b'{"code": "card-declined"}'
+
+#: What ``X-Test-Bad-Header`` makes a handler add to its response: headers no server may write.
+BAD_HEADERS = {
+    "crlf": ("Location", "/effects/1\r\nSet-Cookie: a=b"),
+    "lf": ("X-Note", "a\nb"),
+    "nul": ("X-Note", "a\x00b"),
+    "latin1": ("Location", "/caf\xe9"),
+    "name": ("X Note", "a"),
+    "euro": ("X-Note", "5 \u20ac"),
+}
+
+#: What ``X-Test-Bad-Body`` makes a handler answer: JSON that PostgreSQL's jsonb cannot store.
+BAD_BODIES = {"nul": b'{"note": "a\\u0000b"}', "surrogate": b'{"note": "\\ud800"}'}
+
+
 def handler_answer(headers: Callable[[str], str | None], effect_id: int) -> tuple[int, list[tuple[str, str]], bytes]:
-    """What a test handler answers after its INSERT (raises for X-Test-Raise)."""
+    """What a test handler answers after its INSERT (raises for X-Test-Raise and X-Test-Declined)."""
     if headers("x-test-raise") is not None:
         raise RuntimeError("secret text of a handler failure")
+    if headers("x-test-declined") is not None:
+        raise Declined()
+    bad_body = headers("x-test-bad-body")
+    if bad_body is not None:
+        return 201, [("Content-Type", "application/json")], BAD_BODIES[bad_body]
     extra = [("X-Custom", "custom"), ("X-Other", "other")]
+    bad_header = headers("x-test-bad-header")
+    if bad_header is not None:
+        extra.append(BAD_HEADERS[bad_header])
     if headers("x-test-text") is not None:
         return 200, [("Content-Type", "application/octet-stream"), *extra], BINARY
     status = headers("x-test-status")
@@ -92,6 +130,13 @@ def _problem(answer: Answer, status: int, code: str) -> dict[str, Any]:
     assert body["type"] == PROBLEM_TYPE_BASE + code
     assert body["title"] and body["detail"]
     return body
+
+
+def _document(answer: Answer) -> Any:
+    """A body as the replay gives it back: JSON as the document it is, other bodies as their bytes."""
+    if "json" in answer.headers.get("content-type", ""):
+        return answer.json()
+    return answer.body
 
 
 A = "Bearer user-a"
@@ -189,6 +234,19 @@ class Behaviour:
     def test_unauthenticated(self, client: Post, db: Db) -> None:
         _problem(self.post(client, auth=None), 401, "unauthenticated")
         _problem(self.post(client, auth="Bearer nobody"), 401, "unauthenticated")
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    @pytest.mark.parametrize("auth", ["Bearer user-nul", "Bearer user-" + "x" * 300])
+    def test_principal_the_server_cannot_take(self, client: Post, db: Db, auth: str) -> None:
+        # a NUL (PostgreSQL's text has none), more than 255 bytes (the extension's 22023)
+        _problem(self.post(client, auth=auth), 400, "invalid-request")
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    def test_scope_function_that_fails(self, client: Post, db: Db) -> None:
+        body = _problem(self.post(client, auth="Bearer user-boom"), 500, "internal-error")
+        assert "secret" not in body["detail"]
         assert db.effects() == 0
         assert db.records() == 0
 
@@ -371,6 +429,212 @@ class Behaviour:
         assert again.json() == first.json()
         assert db.effects() == 1
 
+    # --- raised errors (doc/clients.md, "One transaction") --------------
+
+    #: The status of the framework's own HTTP error that ``X-Test-Http-Error`` raises.
+    http_error_status = 402
+    #: Whether the framework answers :class:`Declined` with the app's handler (402).
+    resolves_declined = True
+
+    def final_http_errors(self) -> Any:
+        """The ``final_errors`` setting that makes the framework's HTTP error final."""
+        raise NotImplementedError
+
+    def test_raised_http_error_rolls_back(self, client: Post, db: Db) -> None:
+        first = self.post(client, headers=[("X-Test-Http-Error", "1")])
+        assert first.status == self.http_error_status, (first.status, first.body)
+        assert db.effects() == 0
+        assert db.records() == 0
+        retry = self.post(client)
+        assert retry.status == 201 and "idempotent-replayed" not in retry.headers
+        assert db.effects() == 1
+
+    def test_raised_error_with_a_handler_rolls_back(self, client: Post, db: Db) -> None:
+        if not self.resolves_declined:
+            pytest.skip("the framework has no handler of its own for an application's exception")
+        first = self.post(client, headers=[("X-Test-Declined", "1")])
+        assert (first.status, first.body) == (402, DECLINED_BODY)
+        assert db.effects() == 0
+        assert db.records() == 0
+        assert self.post(client).status == 201
+        assert db.effects() == 1
+
+    def test_final_http_error_is_completed(self, make_client: Callable[..., Post], db: Db) -> None:
+        client = make_client(final_errors=self.final_http_errors())
+        first = self.post(client, headers=[("X-Test-Http-Error", "1")])
+        assert first.status == self.http_error_status
+        assert db.effects() == 1
+        assert db.value("SELECT response_status FROM idem_keys WHERE status = 'completed'") == self.http_error_status
+        again = self.post(client, headers=[("X-Test-Http-Error", "1")])
+        assert again.status == first.status
+        assert _document(again) == _document(first)  # JSON in jsonb's formatting, other bodies as they were
+        assert again.headers["idempotent-replayed"] == "true"
+        assert db.effects() == 1
+
+    def test_final_error_by_predicate(self, make_client: Callable[..., Post], db: Db) -> None:
+        if not self.resolves_declined:
+            pytest.skip("the framework has no handler of its own for an application's exception")
+        client = make_client(final_errors=lambda e: isinstance(e, Declined))
+        first = self.post(client, headers=[("X-Test-Declined", "1")])
+        assert (first.status, first.body) == (402, DECLINED_BODY)
+        again = self.post(client, headers=[("X-Test-Declined", "1")])
+        assert (again.status, again.body) == (402, DECLINED_BODY)
+        assert again.headers["idempotent-replayed"] == "true"
+        assert db.effects() == 1
+        assert db.records("completed") == 1
+        # an error the predicate does not make final is still rolled back
+        other = self.post(client, key="k2", headers=[("X-Test-Http-Error", "1")])
+        assert other.status == self.http_error_status
+        assert db.effects() == 1 and db.records() == 1
+
+    def test_final_error_that_cannot_commit_is_rolled_back(self, make_client: Callable[..., Post], db: Db) -> None:
+        # the handler's SQL failed (the transaction is aborted) and then it raised a final error
+        client = make_client(final_errors=self.final_http_errors())
+        first = self.post(client, headers=[("X-Test-Http-Error", "1"), ("X-Test-Fail-First", "1")])
+        assert first.status == self.http_error_status
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    def test_unhandled_final_error_is_internal_error(self, make_client: Callable[..., Post], db: Db) -> None:
+        client = make_client(final_errors=RuntimeError)
+        body = _problem(self.post(client, headers=[("X-Test-Raise", "1")]), 500, "internal-error")
+        assert "secret" not in body["detail"]
+        assert db.effects() == 0
+        assert db.records() == 0
+
+    # --- only what can be sent is committed ------------------------------
+
+    #: The cases of :data:`BAD_HEADERS` the framework rewrites into a value it can send.
+    rewritten_headers: frozenset[str] = frozenset()
+
+    @pytest.mark.parametrize("case", sorted(BAD_HEADERS))
+    def test_unsendable_header_rolls_back(self, client: Post, db: Db, case: str) -> None:
+        if case in self.rewritten_headers:
+            # what the server writes is visible ASCII: committed and replayed as it was sent
+            first = self.post(client, "/headers", headers=[("X-Test-Bad-Header", case)])
+            assert first.status == 201 and db.records("completed") == 1
+            return
+        _problem(self.post(client, headers=[("X-Test-Bad-Header", case)]), 500, "internal-error")
+        assert db.effects() == 0
+        assert db.records() == 0
+        retry = self.post(client)
+        assert retry.status == 201 and "idempotent-replayed" not in retry.headers
+        assert db.effects() == 1
+
+    @pytest.mark.parametrize("case", sorted(BAD_BODIES))
+    def test_unstorable_body_rolls_back(self, client: Post, db: Db, case: str) -> None:
+        _problem(self.post(client, headers=[("X-Test-Bad-Body", case)]), 500, "internal-error")
+        assert db.effects() == 0
+        assert db.records() == 0
+        assert self.post(client).status == 201
+        assert db.effects() == 1
+
+    def test_unsendable_header_on_a_retryable_status(self, client: Post, db: Db) -> None:
+        # rolled back anyway, and answered 500 rather than with what the server cannot write
+        answer = self.post(client, headers=[("X-Test-Status", "503"), ("X-Test-Bad-Header", "latin1")])
+        _problem(answer, 500, "internal-error")
+        assert db.effects() == 0 and db.records() == 0
+
+    # --- bounded memory --------------------------------------------------
+
+    def test_body_over_the_limit(self, make_client: Callable[..., Post], db: Db) -> None:
+        client = make_client(max_body_bytes=64)
+        head, tail = b'{"order_id": "o-1", "note": "', b'"}'
+        at_limit = head + b"x" * (64 - len(head) - len(tail)) + tail
+        _problem(self.post(client, raw=at_limit + b" "), 413, "payload-too-large")
+        assert db.effects() == 0
+        assert db.records() == 0
+        assert self.post(client, raw=at_limit).status == 201
+        assert db.effects() == 1
+
+    def test_stored_response_over_the_limit(self, make_client: Callable[..., Post], db: Db) -> None:
+        client = make_client(max_response_bytes=60)
+        _problem(self.post(client), 500, "internal-error")
+        assert db.effects() == 0
+        assert db.records() == 0
+        # a retryable status stores nothing, so the limit does not apply to it
+        assert self.post(client, headers=[("X-Test-Status", "503")]).status == 503
+
+    # --- bounded time ----------------------------------------------------
+
+    def test_time_limit_frees_the_key(self, make_client: Callable[..., Post], db: Db) -> None:
+        # the first handler hangs past the limit: its key is free for the retry while it still runs
+        client = make_client(time_limit=timedelta(milliseconds=400))
+        first: list[Answer] = []
+        hung = threading.Thread(target=lambda: first.append(self.post(client, headers=[("X-Test-Sleep", "2.5")])))
+        hung.start()
+        try:
+            time.sleep(1.2)
+            retry = self.post(client)
+        finally:
+            hung.join(15)
+        assert retry.status == 201 and "idempotent-replayed" not in retry.headers, retry.body
+        answer = first[0]
+        assert answer.status == 503 and answer.headers["retry-after"] == "1", answer.body
+        assert answer.json()["code"] == "timeout"
+        assert db.effects() == 1
+        assert db.records("completed") == 1
+
+    # --- replay only what is allowed -------------------------------------
+
+    def _stored(self, client: Post, db: Db, response: str) -> Answer:
+        assert self.post(client).status == 201
+        db.execute("UPDATE idem_keys SET response = %s::jsonb", response)
+        return self.post(client)
+
+    def test_replay_applies_the_allow_list_now(self, client: Post, db: Db) -> None:
+        stored = json.dumps({"v": 1, "headers": {
+            "content-type": "application/json", "location": "/effects/9", "x-custom": "injected",
+            "set-cookie": "session=stolen", "content-length": "3", "transfer-encoding": "chunked",
+            "connection": "close", "keep-alive": "timeout=5", "upgrade": "h2c"}, "body": {"id": 9}})
+        again = self._stored(client, db, stored)
+        assert again.status == 201 and again.headers["idempotent-replayed"] == "true"
+        assert again.json() == {"id": 9}
+        assert again.headers["location"] == "/effects/9"
+        for name in ("x-custom", "set-cookie", "transfer-encoding", "connection", "keep-alive", "upgrade"):
+            assert name not in again.headers, name
+        assert again.headers.get("content-length", str(len(again.body))) == str(len(again.body))
+        assert db.effects() == 1
+
+    def test_replay_of_allow_listed_set_cookie_and_framing(self, make_client: Callable[..., Post], db: Db) -> None:
+        client = make_client(replay_headers=["content-type", "set-cookie", "content-length", "transfer-encoding"])
+        stored = json.dumps({"v": 1, "headers": {
+            "content-type": "application/json", "set-cookie": "a=b", "content-length": "3",
+            "transfer-encoding": "chunked"}, "body": {"id": 9}})
+        again = self._stored(client, db, stored)
+        assert again.headers["set-cookie"] == "a=b"
+        assert "transfer-encoding" not in again.headers
+        assert again.headers.get("content-length", str(len(again.body))) == str(len(again.body))
+        assert again.json() == {"id": 9}
+
+    @pytest.mark.parametrize(
+        "response",
+        [
+            '{"v": "1", "body": 1}',
+            '{"v": 2, "body": 1}',
+            '{"v": null, "body": 1}',
+            '{"v": true, "body": 1}',
+            '{"v": 1, "headers": null}',
+            '{"v": 1, "headers": ["content-type"]}',
+            '{"v": 1, "headers": {"content-type": 1}}',
+            '{"v": 1, "headers": {"location": "/a\\r\\nx: y"}}',
+            '{"v": 1, "headers": {"location": "/caf\\u00e9"}}',
+            '{"v": 1, "headers": {"bad name": "a"}}',
+            '{"v": 1, "body": 1, "body_base64": "YQ=="}',
+            '{"v": 1, "body_base64": "YQ"}',
+            '{"v": 1, "body_base64": "Y Q=="}',
+            '{"v": 1, "body_base64": 5}',
+        ],
+    )
+    def test_unreadable_envelope(self, client: Post, db: Db, response: str) -> None:
+        _problem(self._stored(client, db, response), 500, "unsupported-envelope")
+        assert db.effects() == 1
+
+    def test_envelope_version_one_point_zero(self, client: Post, db: Db) -> None:
+        again = self._stored(client, db, '{"v": 1.0, "headers": {"content-type": "text/plain"}, "body_base64": "YQ=="}')
+        assert (again.status, again.body) == (201, b"a")
+        assert again.headers["idempotent-replayed"] == "true"
+
     @pytest.mark.parametrize("state", ["40001", "40P01"])
     def test_serialization_failure(self, client: Post, db: Db, state: str) -> None:
         answer = self.post(client, headers=[("X-Test-Sql-Error", state)])
@@ -392,6 +656,16 @@ class Behaviour:
         assert "secret" not in body["detail"]
         assert db.effects() == 0
         assert db.records() == 0
+
+    def test_connection_lost_in_the_handler(self, client: Post, db: Db) -> None:
+        # the server ends the handler's session: rolled back, 503 unavailable, and the next request runs
+        answer = self.post(client, headers=[("X-Test-Terminate", "1")])
+        _problem(answer, 503, "unavailable")
+        assert answer.headers["retry-after"] == "1"
+        assert db.effects() == 0
+        assert db.records() == 0
+        assert self.post(client).status == 201
+        assert db.effects() == 1
 
     def test_read_only(self, make_client: Callable[..., Post], db: Db) -> None:
         client = make_client(server_options=READ_ONLY)

@@ -9,6 +9,7 @@ views run their SQL on Django's own connection, inside the library's
 from __future__ import annotations
 
 import contextlib
+import time
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -39,7 +40,8 @@ settings.configure(
 )
 django.setup()
 
-from django.db import connections  # noqa: E402
+from django.core.exceptions import PermissionDenied  # noqa: E402
+from django.db import DataError, connections  # noqa: E402
 from django.http import HttpRequest, HttpResponse, Http404, StreamingHttpResponse  # noqa: E402
 from django.test import Client, override_settings  # noqa: E402
 from django.urls import path  # noqa: E402
@@ -64,8 +66,15 @@ def effect(request: HttpRequest, **kwargs: Any) -> HttpResponse:
         effect_id = cur.fetchone()[0]
         if query:
             cur.execute(query)
+        if request.headers.get("X-Test-Fail-First"):
+            with contextlib.suppress(DataError):
+                cur.execute("SELECT 1/0")
     if request.headers.get("X-Test-Abort"):
         raise Http404("no such thing")
+    if request.headers.get("X-Test-Http-Error"):
+        raise PermissionDenied("not yours")
+    if request.headers.get("X-Test-Sleep"):
+        time.sleep(float(request.headers["X-Test-Sleep"]))
     status, headers, body = handler_answer(request.headers.get, effect_id)
     response = HttpResponse(body, status=status)
     for name, value in headers:
@@ -112,6 +121,17 @@ def adapt(client: Client) -> Post:
 
 
 class TestDjango(Behaviour):
+    # Django has no exception of its own that answers 402, nor handlers of an
+    # application's exceptions (its middleware's process_exception does not
+    # see an exception of a view the idempotency middleware runs)
+    http_error_status = 403
+    resolves_declined = False
+    # HttpResponse MIME-encodes a header value that Latin-1 cannot hold (RFC 2047: "=?utf-8?b?...?=")
+    rewritten_headers = frozenset({"euro"})
+
+    def final_http_errors(self) -> Any:
+        return PermissionDenied
+
     @pytest.fixture
     def make_client(self) -> Iterator[Callable[..., Post]]:
         with contextlib.ExitStack() as stack:

@@ -10,19 +10,20 @@ from typing import Any
 
 import psycopg
 import pytest
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import Response
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from pg_idempotency import IdempotencySettings
 from pg_idempotency.fastapi import FastAPIIdempotency, IdempotencyConnection, idempotency_exempt, idempotent
 from pg_idempotency.starlette import StarletteIdempotency
 
-from behaviour import Answer, Behaviour, Post, handler_answer, handler_sql, principal
+from behaviour import DECLINED_BODY, Answer, Behaviour, Declined, Post, handler_answer, handler_sql, principal
 from conftest import DB, Db, conninfo
 
 
@@ -42,6 +43,13 @@ async def effect(request: Request, conn: psycopg.AsyncConnection[Any]) -> Respon
     assert row is not None
     if query:
         await conn.execute(query)
+    if request.headers.get("x-test-fail-first"):
+        with contextlib.suppress(psycopg.errors.DivisionByZero):
+            await conn.execute("SELECT 1/0")
+    if request.headers.get("x-test-http-error"):
+        raise HTTPException(402, detail="payment required")
+    if request.headers.get("x-test-sleep"):
+        await asyncio.sleep(float(request.headers["x-test-sleep"]))
     status, headers, body = handler_answer(request.headers.get, row[0])
     response = Response(body, status_code=status)
     for name, value in headers:
@@ -66,6 +74,11 @@ def build(dbname: str = DB, server_options: str | None = None, **settings: Any) 
             await pool.close()
 
     app = FastAPI(lifespan=lifespan)
+
+    @app.exception_handler(Declined)
+    async def declined(request: Request, exc: Declined) -> Response:
+        return Response(DECLINED_BODY, status_code=402, media_type="application/json")
+
     router = APIRouter(route_class=idem.route_class)
 
     @router.post("/effects")
@@ -121,6 +134,9 @@ def adapt(client: TestClient) -> Post:
 
 
 class TestFastAPI(Behaviour):
+    def final_http_errors(self) -> Any:
+        return StarletteHTTPException
+
     @pytest.fixture
     def make_client(self) -> Iterator[Callable[..., Post]]:
         with contextlib.ExitStack() as stack:
@@ -250,3 +266,18 @@ def test_commit_survives_the_client_going_away(db: Db) -> None:
         globals()["handler_sql"] = original
     assert db.effects() == 1
     assert db.records("completed") == 1
+
+
+def test_chunked_body_over_the_limit(db: Db) -> None:
+    """A body without Content-Length (chunked) over the limit is 413 too."""
+    app, _ = build(max_body_bytes=64)
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(10):
+            yield b"x" * 50
+
+    with TestClient(app) as client:
+        h = {"Idempotency-Key": "c", "Authorization": "Bearer user-a", "Content-Type": "text/plain"}
+        r = client.post("/effects", content=chunks(), headers=h)
+        assert r.status_code == 413 and r.json()["code"] == "payload-too-large"
+    assert db.records() == 0 and db.effects() == 0

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import psycopg
 import pytest
 from flask import Flask, Response, abort, request
 from psycopg_pool import ConnectionPool
+from werkzeug.exceptions import HTTPException
 
 from pg_idempotency import IdempotencySettings
 from pg_idempotency.flask import FlaskIdempotency, connection
 
-from behaviour import Answer, Behaviour, Post, handler_answer, handler_sql, principal
+from behaviour import DECLINED_BODY, Answer, Behaviour, Declined, Post, handler_answer, handler_sql, principal
 from conftest import DB, Db, conninfo
+
+
+class PaymentRequired(HTTPException):
+    """Werkzeug has no exception of its own for 402."""
+
+    code = 402
+    description = "Payment required."
 
 
 def scope(req: Any) -> str | None:
@@ -28,8 +38,15 @@ def effect() -> Response:
     assert row is not None
     if query:
         conn.execute(query)
+    if request.headers.get("X-Test-Fail-First"):
+        with contextlib.suppress(psycopg.errors.DivisionByZero):
+            conn.execute("SELECT 1/0")
     if request.headers.get("X-Test-Abort"):
         abort(404)
+    if request.headers.get("X-Test-Http-Error"):
+        raise PaymentRequired()
+    if request.headers.get("X-Test-Sleep"):
+        time.sleep(float(request.headers["X-Test-Sleep"]))
     status, headers, body = handler_answer(request.headers.get, row[0])
     return Response(body, status=status, headers=headers)
 
@@ -42,6 +59,10 @@ def build(stack: contextlib.ExitStack, dbname: str = DB, server_options: str | N
     stack.callback(pool.close)
     app = Flask(__name__)
     idem = FlaskIdempotency(pool, IdempotencySettings(scope=scope, **settings), app)
+
+    @app.errorhandler(Declined)
+    def declined(exc: Declined) -> Response:
+        return Response(DECLINED_BODY, status=402, content_type="application/json")
 
     @app.post("/effects")
     @idem.idempotent(operation="create-effect")
@@ -79,6 +100,9 @@ def build(stack: contextlib.ExitStack, dbname: str = DB, server_options: str | N
 
 
 class TestFlask(Behaviour):
+    def final_http_errors(self) -> Any:
+        return HTTPException
+
     @pytest.fixture
     def make_client(self) -> Iterator[Callable[..., Post]]:
         with contextlib.ExitStack() as stack:
@@ -121,3 +145,34 @@ class TestFlask(Behaviour):
         pool: ConnectionPool[Any] = ConnectionPool(conninfo(DB), open=False)
         with pytest.raises(ValueError, match="scope"):
             FlaskIdempotency(pool, IdempotencySettings())
+
+
+def test_no_connection_in_time_is_503_unavailable(db: Db) -> None:
+    # every pooled connection is held: the request waits for the pool's timeout, then 503
+    with ConnectionPool(conninfo(DB), min_size=1, max_size=1, timeout=0.5, kwargs={"autocommit": True}) as pool:
+        app = Flask(__name__)
+        idem = FlaskIdempotency(pool, IdempotencySettings(scope=scope), app)
+
+        @app.post("/effects")
+        @idem.idempotent(operation="create-effect")
+        def effects() -> Response:
+            return effect()
+
+        h = {"Idempotency-Key": "k1", "Authorization": "Bearer user-a"}
+        with pool.connection():
+            r = app.test_client().post("/effects", json={}, headers=h)
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert r.get_json()["code"] == "unavailable"
+        assert app.test_client().post("/effects", json={}, headers=h).status_code == 201
+    assert db.effects() == 1
+
+
+def test_database_unreachable_is_503_unavailable() -> None:
+    # nothing listens: the version check of the first request cannot connect either
+    dead = conninfo(DB) + " host=127.0.0.1 port=1 connect_timeout=1"
+    with ConnectionPool(dead, min_size=0, max_size=1, timeout=0.5, open=True) as pool:
+        app = Flask(__name__)
+        idem = FlaskIdempotency(pool, IdempotencySettings(scope=scope))
+        app.add_url_rule("/effects", view_func=idem.idempotent(operation="x")(effect), methods=["POST"])
+        r = app.test_client().post("/effects", json={}, headers={"Idempotency-Key": "k", "Authorization": "Bearer user-a"})
+        assert r.status_code == 503 and r.get_json()["code"] == "unavailable"

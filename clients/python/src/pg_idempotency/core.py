@@ -5,12 +5,17 @@ transaction on one connection:
 
 1. :func:`read_key` — the ``Idempotency-Key``; :func:`plan` — the scope, the
    operation and the fingerprint document (both raise :class:`ProblemError`);
-2. ``RESERVE_SQL`` with :meth:`Plan.reserve_params`, then
-   :func:`answer_reservation`: a replay or a problem, or ``None`` for ``new``;
+2. ``RESERVE_SQL`` with :meth:`Plan.reserve_params`: ``new``, a replay, or
+   an outcome raised as its typed error (:func:`outcome_error`);
 3. the handler, on the same connection and transaction;
-4. :func:`should_complete`: ``COMPLETE_SQL`` with :meth:`Plan.complete_params`
-   and COMMIT, or ROLLBACK for a retryable status;
+4. ``COMPLETE_SQL`` with :meth:`Plan.complete_params` and COMMIT, or
+   ROLLBACK for a retryable status;
 5. :func:`error_response` for a database error (by SQLSTATE).
+
+:mod:`pg_idempotency.runner` runs steps 2 to 4 (its core runner is the only
+code that reserves, completes and commits); the HTTP integrations add
+steps 1 and 5 and the checks of what can be sent
+(:func:`~pg_idempotency.http.check_sendable`).
 """
 
 from __future__ import annotations
@@ -21,11 +26,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .envelope import UnsupportedEnvelope, build_envelope, read_envelope
 from .fingerprint import InvalidFingerprint, request_document
 from .http import RequestData, ResponseData
 from .keys import InvalidKey, parse_key
-from .mapping import OUTCOME_CODES, SQLSTATE_CODES, problem_response
+from .mapping import SQLSTATE_CODES, problem_response
 from .settings import IdempotencySettings
 
 __all__ = [
@@ -33,14 +37,21 @@ __all__ = [
     "REPLAYED_HEADER",
     "RESERVE_SQL",
     "Plan",
+    "InProgressError",
+    "KeyOutcomeError",
+    "MismatchError",
     "ProblemError",
-    "answer_reservation",
+    "StuckError",
+    "TIME_LIMIT_SQL",
+    "TimeLimitExceeded",
+    "check_body_size",
     "error_response",
+    "time_limit_params",
+    "outcome_error",
     "logger",
     "plan",
     "problem",
     "read_key",
-    "should_complete",
     "scope_value",
 ]
 
@@ -55,6 +66,24 @@ RESERVE_SQL = (
 #: Completes the key with the response envelope and status.
 COMPLETE_SQL = "SELECT idem_complete(%s, %s, %s::jsonb, %s, scope => %s)"
 
+#: Bounds the key's transaction on the server (the sync integrations' ``time_limit``), in milliseconds.
+TIME_LIMIT_SQL = (
+    "SELECT set_config('statement_timeout', %s, true), set_config('idle_in_transaction_session_timeout', %s, true)"
+)
+
+
+def time_limit_params(settings: IdempotencySettings) -> tuple[str, str] | None:
+    """The parameters of :data:`TIME_LIMIT_SQL` for ``settings.time_limit``, or ``None`` without one."""
+    if settings.time_limit is None:
+        return None
+    ms = str(max(1, int(settings.time_limit.total_seconds() * 1000)))
+    return ms, ms
+
+
+class TimeLimitExceeded(Exception):
+    """The handler ran past ``time_limit``: rolled back, 503 ``timeout``."""
+
+
 #: The header a replay carries.
 REPLAYED_HEADER = ("Idempotent-Replayed", "true")
 
@@ -66,6 +95,42 @@ class ProblemError(Exception):
         super().__init__(code)
         self.code = code
         self.detail = detail
+
+
+class KeyOutcomeError(Exception):
+    """``idem_reserve`` answered an outcome other than ``new`` or ``replay``; ``code`` is its problem code."""
+
+    code = "internal-error"
+    outcome = ""
+
+    def __init__(self, operation: str, key: str) -> None:
+        super().__init__(f"{self.outcome}: operation {operation!r}, key {key!r}")
+
+
+class InProgressError(KeyOutcomeError):
+    """Another transaction holds the key right now (outcome ``in_progress``, 409)."""
+
+    code = "in-progress"
+    outcome = "in_progress"
+
+
+class StuckError(KeyOutcomeError):
+    """A first attempt's outcome is unknown (outcome ``stuck``, 409)."""
+
+    code = "stuck"
+    outcome = "stuck"
+
+
+class MismatchError(KeyOutcomeError):
+    """The key was used with another request (outcome ``mismatch``, 422)."""
+
+    code = "mismatch"
+    outcome = "mismatch"
+
+
+_OUTCOME_ERRORS: dict[str, type[KeyOutcomeError]] = {
+    c.outcome: c for c in (InProgressError, StuckError, MismatchError)
+}
 
 
 @dataclass(frozen=True)
@@ -82,7 +147,7 @@ class Plan:
         """The parameters of :data:`RESERVE_SQL`."""
         return (self.operation, self.key, self.document, self.scope, self.ttl)
 
-    def complete_params(self, envelope: str, status: int) -> tuple[Any, ...]:
+    def complete_params(self, envelope: str | None, status: int) -> tuple[Any, ...]:
         """The parameters of :data:`COMPLETE_SQL`."""
         return (self.operation, self.key, envelope, status, self.scope)
 
@@ -90,6 +155,12 @@ class Plan:
 def problem(settings: IdempotencySettings, code: str, detail: str | None = None) -> ResponseData:
     """The mapping's answer for ``code``."""
     return problem_response(settings.mapping, code, settings.retry_after, detail)
+
+
+def check_body_size(settings: IdempotencySettings, length: int | None) -> None:
+    """Raise ``payload-too-large`` for a body (or a ``Content-Length``) over ``max_body_bytes``."""
+    if length is not None and settings.max_body_bytes is not None and length > settings.max_body_bytes:
+        raise ProblemError("payload-too-large")
 
 
 def read_key(settings: IdempotencySettings, request: RequestData) -> str | None:
@@ -107,11 +178,14 @@ def read_key(settings: IdempotencySettings, request: RequestData) -> str | None:
 
 
 def scope_value(principal: object) -> str:
-    """The scope of a scope function's result; raises ``unauthenticated`` for none."""
+    """The scope of a scope function's result; raises ``unauthenticated`` for none, ``invalid-request`` for a NUL."""
     if principal is None or principal == "":
         raise ProblemError("unauthenticated")
     if not isinstance(principal, str):
         raise TypeError(f"the scope function returned {type(principal).__name__}, not str or None")
+    if "\x00" in principal:
+        # PostgreSQL's text cannot hold it; one over 255 bytes is the extension's 22023
+        raise ProblemError("invalid-request", "The principal contains a NUL character.")
     return principal
 
 
@@ -131,33 +205,12 @@ def plan(settings: IdempotencySettings, request: RequestData, key: str, scope: s
     return Plan(operation, key, scope, document, settings.ttl)
 
 
-def answer_reservation(settings: IdempotencySettings, row: Sequence[Any] | None) -> ResponseData | None:
-    """The answer to a reservation row ``(outcome, response_status, response)``; ``None`` for ``new``."""
-    if row is None:
-        raise RuntimeError("idem_reserve returned no row")
-    outcome, status, response = row[0], row[1], row[2]
-    if outcome == "new":
-        return None
-    if outcome == "replay":
-        try:
-            replay = read_envelope(int(status), response)
-        except UnsupportedEnvelope as e:
-            logger.error("cannot replay: %s", e)
-            return problem(settings, "unsupported-envelope")
-        replay.headers.append(REPLAYED_HEADER)
-        return replay
-    code = OUTCOME_CODES.get(str(outcome))
-    if code is None:
-        logger.error("idem_reserve returned the unknown outcome %r", outcome)
-        return problem(settings, "internal-error")
-    return problem(settings, code)
-
-
-def should_complete(settings: IdempotencySettings, response: ResponseData) -> str | None:
-    """The envelope to complete with, or ``None`` when the status is retryable (roll back)."""
-    if settings.is_retryable(response.status):
-        return None
-    return build_envelope(response, settings.replay_headers)
+def outcome_error(outcome: str, operation: str, key: str) -> KeyOutcomeError:
+    """The typed error of an outcome of ``idem_reserve`` other than ``new`` and ``replay``."""
+    cls = _OUTCOME_ERRORS.get(outcome)
+    if cls is None:
+        raise RuntimeError(f"idem_reserve returned the unknown outcome {outcome!r}")
+    return cls(operation, key)
 
 
 def error_response(settings: IdempotencySettings, sqlstate: str | None, message: str | None) -> ResponseData:

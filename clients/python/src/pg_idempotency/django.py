@@ -20,40 +20,51 @@ and ``idem_complete``: the ORM's writes and the key commit together.
 
 Keys of ``IDEMPOTENCY``: ``SCOPE`` (required), ``OPERATION``,
 ``FINGERPRINT``, ``TTL`` (a ``timedelta`` or seconds), ``KEY_REQUIRED``,
-``REPLAY_HEADERS``, ``RETRYABLE_STATUSES``, ``MAPPING``, ``RETRY_AFTER``,
+``REPLAY_HEADERS``, ``RETRYABLE_STATUSES``, ``FINAL_ERRORS`` (exception
+classes or their dotted paths, or a predicate), ``MAX_BODY_BYTES``,
+``MAX_RESPONSE_BYTES``, ``MAPPING``, ``RETRY_AFTER``,
 ``METHODS``, ``DATABASE`` (default ``"default"``), ``CHECK_VERSION``
 (default true).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
-from django.core.exceptions import BadRequest, ImproperlyConfigured, PermissionDenied, SuspiciousOperation
-from django.db import DatabaseError, connections, transaction
+from django.core.exceptions import (
+    BadRequest,
+    ImproperlyConfigured,
+    PermissionDenied,
+    RequestDataTooBig,
+    SuspiciousOperation,
+)
+from django.core.handlers.exception import response_for_exception
+from django.db import connections, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http.multipartparser import MultiPartParserError
 from django.utils.module_loading import import_string
 
+from ._core_runner import Completion, run_sync
 from ._routes import angle_template
 from .core import (
-    COMPLETE_SQL,
-    RESERVE_SQL,
+    TIME_LIMIT_SQL,
+    Plan,
     ProblemError,
-    answer_reservation,
-    error_response,
-    logger,
+    check_body_size,
     plan,
     problem,
     read_key,
     scope_value,
-    should_complete,
+    time_limit_params,
 )
+from .runner import answer_error, answer_result, completion_of, library_answer, policy_of
 from .http import RequestData, ResponseData
 from .settings import IdempotencySettings
 from .version import VERSION_SQL, require_version
@@ -64,7 +75,15 @@ V = TypeVar("V", bound=Callable[..., HttpResponseBase])
 
 _MARK = "pg_idempotency"
 _EXEMPT = "exempt"
-_PASSTHROUGH: tuple[type[BaseException], ...] = (Http404, PermissionDenied, SuspiciousOperation, BadRequest)
+#: The exceptions Django itself answers (``response_for_exception``): rolled back and re-raised to
+#: Django (its middleware's ``process_exception``, ``handler404``...), or completed when final.
+_DJANGO_ERRORS: tuple[type[BaseException], ...] = (
+    Http404,
+    PermissionDenied,
+    SuspiciousOperation,
+    BadRequest,
+    MultiPartParserError,
+)
 _KEYS = {
     "SCOPE": "scope",
     "OPERATION": "operation",
@@ -73,6 +92,10 @@ _KEYS = {
     "KEY_REQUIRED": "key_required",
     "REPLAY_HEADERS": "replay_headers",
     "RETRYABLE_STATUSES": "retryable_statuses",
+    "FINAL_ERRORS": "final_errors",
+    "TIME_LIMIT": "time_limit",
+    "MAX_BODY_BYTES": "max_body_bytes",
+    "MAX_RESPONSE_BYTES": "max_response_bytes",
     "MAPPING": "mapping",
     "RETRY_AFTER": "retry_after",
     "METHODS": "methods",
@@ -102,6 +125,13 @@ def load_settings(**overrides: Any) -> tuple[IdempotencySettings, str, bool]:
     kwargs = {_KEYS[k]: v for k, v in conf.items()}
     if isinstance(kwargs.get("scope"), str):
         kwargs["scope"] = import_string(kwargs["scope"])
+    final = kwargs.get("final_errors")
+    if isinstance(final, (list, tuple)):
+        kwargs["final_errors"] = tuple(import_string(c) if isinstance(c, str) else c for c in final)
+    elif isinstance(final, str):
+        kwargs["final_errors"] = import_string(final)
+    if isinstance(kwargs.get("time_limit"), (int, float)):
+        kwargs["time_limit"] = timedelta(seconds=kwargs["time_limit"])
     if isinstance(kwargs.get("ttl"), (int, float)):
         kwargs["ttl"] = timedelta(seconds=kwargs["ttl"])
     kwargs.update(overrides)
@@ -130,7 +160,15 @@ def _request_data(request: HttpRequest) -> RequestData:
             headers.append((name[5:].replace("_", "-").lower(), str(value)))
         elif name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
             headers.append((name.replace("_", "-").lower(), str(value)))
-    return RequestData(request.method or "GET", request.path, headers, request.body, route)
+    return RequestData(request.method or "GET", request.path, headers, _body(request), route)
+
+
+def _body(request: HttpRequest) -> bytes:
+    """The body; over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` it is ``payload-too-large`` too."""
+    try:
+        return request.body
+    except RequestDataTooBig:
+        raise ProblemError("payload-too-large") from None
 
 
 def _buffered(response: HttpResponseBase) -> HttpResponseBase:
@@ -161,10 +199,29 @@ def to_response(data: ResponseData) -> HttpResponse:
     return response
 
 
-def _sqlstate(e: DatabaseError) -> tuple[str | None, str | None]:
-    cause = e.__cause__
-    diag = getattr(cause, "diag", None)
-    return getattr(cause, "sqlstate", None), getattr(diag, "message_primary", None) or str(e)
+class _Atomic:
+    """The core runner's transactions: ``transaction.atomic(using=alias)`` on Django's connection."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        with transaction.atomic(using=self.alias):
+            yield None
+
+    def fetchone(self, conn: None, query: str, params: Sequence[Any]) -> Sequence[Any] | None:
+        with connections[self.alias].cursor() as cur:
+            cur.execute(query, params)
+            row: Sequence[Any] | None = cur.fetchone()
+            return row
+
+    def can_commit(self, conn: None) -> bool:
+        if transaction.get_rollback(using=self.alias):
+            return False
+        raw = connections[self.alias].connection
+        info = getattr(raw, "info", None)
+        return info is None or str(getattr(info.transaction_status, "name", "")) != "INERROR"
 
 
 def _run(
@@ -174,44 +231,55 @@ def _run(
     alias: str,
     check: bool,
 ) -> HttpResponseBase:
-    """The protocol around ``view()`` in ``transaction.atomic(using=alias)``."""
+    """The protocol around ``view()`` in ``transaction.atomic(using=alias)``, by the core runner."""
     if check and alias not in _checked:
-        check_version(alias)
+        try:
+            check_version(alias)
+        except Exception as e:  # the database unreachable is 503 unavailable; an old extension raises
+            unavailable = library_answer(settings, e)
+            if unavailable is None:
+                raise
+            return to_response(unavailable)
     assert settings.scope is not None
     idempotent_method = (request.method or "").upper() in settings.methods
     try:
+        if idempotent_method:
+            length = request.META.get("CONTENT_LENGTH")
+            check_body_size(settings, int(length) if length and str(length).isdigit() else None)
         data = _request_data(request)
+        if idempotent_method:
+            check_body_size(settings, len(data.body))
         key = read_key(settings, data) if idempotent_method else None
-        p = None
+        p: Plan | None = None
         if key is not None:
             p = plan(settings, data, key, scope_value(settings.scope(request)))
     except ProblemError as e:
         return to_response(problem(settings, e.code, e.detail))
+    except Exception as e:  # a scope function that fails: problem+json, never Django's page
+        return to_response(answer_error(settings, e))
+
+    limit = time_limit_params(settings)
+
+    def fn(conn: None) -> Completion[HttpResponseBase]:
+        if limit is not None:
+            with connections[alias].cursor() as cur:
+                cur.execute(TIME_LIMIT_SQL, limit)
+        return completion_of(settings, _buffered(view()), _describe, p is not None)
+
+    def resolve(e: Exception) -> Completion[HttpResponseBase] | None:
+        if not isinstance(e, _DJANGO_ERRORS):
+            return None
+        return completion_of(settings, _buffered(response_for_exception(request, e)), _describe, p is not None)
+
     try:
-        with transaction.atomic(using=alias):
-            if p is not None:
-                with connections[alias].cursor() as cur:
-                    cur.execute(RESERVE_SQL, p.reserve_params())
-                    answer = answer_reservation(settings, cur.fetchone())
-                if answer is not None:
-                    return to_response(answer)
-            response = _buffered(view())
-            described = _describe(response)
-            envelope = should_complete(settings, described)
-            if envelope is None:
-                transaction.set_rollback(True, using=alias)
-            elif p is not None:
-                with connections[alias].cursor() as cur:
-                    cur.execute(COMPLETE_SQL, p.complete_params(envelope, described.status))
-        return response
-    except _PASSTHROUGH:
+        result = run_sync(_Atomic(alias), p, fn, policy_of(settings), resolve)
+    except _DJANGO_ERRORS:
         raise
-    except DatabaseError as e:
-        sqlstate, message = _sqlstate(e)
-        return to_response(error_response(settings, sqlstate, message))
-    except Exception:
-        logger.exception("the idempotent view failed; its transaction was rolled back")
-        return to_response(problem(settings, "internal-error"))
+    except Exception as e:
+        answer = library_answer(settings, e)
+        return to_response(answer if answer is not None else answer_error(settings, e))
+    response = answer_result(settings, result)
+    return to_response(response) if isinstance(response, ResponseData) else response
 
 
 def idempotent(view: V | None = None, **overrides: Any) -> Any:

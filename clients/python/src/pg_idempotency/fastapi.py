@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 import psycopg
 from fastapi import Depends, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.responses import Response
 
@@ -44,15 +43,12 @@ IdempotencyConnection = Annotated[psycopg.AsyncConnection[Any], Depends(connecti
 class FastAPIIdempotency(StarletteIdempotency):
     """:class:`~pg_idempotency.starlette.StarletteIdempotency` with FastAPI's route class.
 
-    ``HTTPException`` and request validation errors raised by a handler are
-    rolled back and re-raised to FastAPI's handlers; any other exception is
-    rolled back and answered ``internal-error``.
+    ``HTTPException``, request validation errors and any exception with a
+    handler of the application (``app.exception_handler``) raised by a
+    handler are rolled back (completed, when final) and answered as those
+    handlers resolve them; any other exception is rolled back and answered
+    ``internal-error``.
     """
-
-    framework_errors: ClassVar[tuple[type[BaseException], ...]] = (
-        RequestValidationError,
-        *StarletteIdempotency.framework_errors,
-    )
 
     @functools.cached_property
     def route_class(self) -> type[APIRoute]:

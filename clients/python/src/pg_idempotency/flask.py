@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
-from flask import Flask, Response, g, make_response, request
+from flask import Flask, Response, current_app, g, make_response, request
 from flask.typing import ResponseReturnValue
-from psycopg_pool import ConnectionPool
-from werkzeug.exceptions import HTTPException
+from psycopg_pool import ConnectionPool, PoolTimeout
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from ._routes import angle_template
+from .core import ProblemError, check_body_size, problem
 from .http import RequestData, ResponseData
-from .runner import Idempotency
+from .runner import Idempotency, answer_error
 from .settings import IdempotencySettings
 
 __all__ = ["FlaskIdempotency", "connection"]
@@ -50,13 +51,22 @@ def connection() -> psycopg.Connection[Any]:
     return conn
 
 
-def _request_data() -> RequestData:
+def _request_data(settings: IdempotencySettings) -> RequestData:
+    """The request, its body read no further than ``max_body_bytes`` (``payload-too-large`` beyond it)."""
     rule = request.url_rule.rule if request.url_rule is not None else None
+    check_body_size(settings, request.content_length)
+    limit = settings.max_body_bytes
+    if limit is not None and (request.max_content_length is None or request.max_content_length > limit):
+        request.max_content_length = limit
+    try:
+        body = request.get_data(cache=True)
+    except RequestEntityTooLarge:
+        raise ProblemError("payload-too-large") from None
     return RequestData(
         request.method,
         request.root_path + request.path,
         list(request.headers.items()),
-        request.get_data(cache=True),
+        body,
         angle_template(rule) if rule is not None else None,
     )
 
@@ -73,15 +83,26 @@ def _to_flask(data: ResponseData) -> Response:
     return response
 
 
+def _resolve(exc: Exception) -> Response | None:
+    """Flask's response to ``exc`` (Werkzeug's HTTP errors, the app's error handlers), or ``None``."""
+    try:
+        rv = current_app.handle_user_exception(exc)
+    except Exception as raised:
+        if raised is exc:
+            return None
+        raise
+    return current_app.make_response(rv)
+
+
 class FlaskIdempotency(Idempotency):
     """:class:`~pg_idempotency.Idempotency` for Flask; ``app`` (or :meth:`init_app`) checks the version.
 
-    Werkzeug HTTP errors (``abort(404)``) raised by a view are rolled back
-    and re-raised to Flask; any other exception is rolled back and answered
-    ``internal-error``.
+    An exception raised by a view is rolled back and answered as Flask
+    resolves it (Werkzeug's HTTP errors, ``abort(402)``, and the app's
+    ``errorhandler`` functions), whatever its status; one of the settings'
+    ``final_errors`` is completed with that answer instead. An exception
+    Flask has no handler for is rolled back and answered ``internal-error``.
     """
-
-    framework_errors: ClassVar[tuple[type[BaseException], ...]] = (HTTPException,)
 
     def __init__(
         self,
@@ -109,7 +130,10 @@ class FlaskIdempotency(Idempotency):
             @functools.wraps(view)
             def wrapper(*args: Any, **kwargs: Any) -> Response:
                 if self.extension_version is None:
-                    self.check_version()
+                    try:
+                        self.check_version()
+                    except (PoolTimeout, psycopg.OperationalError) as e:
+                        return _to_flask(answer_error(settings, e))
 
                 def run(conn: psycopg.Connection[Any]) -> Response:
                     g.setdefault(_G, None)
@@ -120,9 +144,13 @@ class FlaskIdempotency(Idempotency):
                         setattr(g, _G, None)
 
                 if request.method.upper() not in settings.methods:
-                    result = self.transaction(run, _describe, settings=settings)
+                    result = self.transaction(run, _describe, resolve=_resolve, settings=settings)
                 else:
-                    result = self.run(_request_data(), run, _describe, scope_arg=request, settings=settings)
+                    try:
+                        data = _request_data(settings)
+                    except ProblemError as e:
+                        return _to_flask(problem(settings, e.code, e.detail))
+                    result = self.run(data, run, _describe, resolve=_resolve, scope_arg=request, settings=settings)
                 return _to_flask(result) if isinstance(result, ResponseData) else result
 
             return cast(F, wrapper)

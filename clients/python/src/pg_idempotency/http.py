@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["RequestData", "ResponseData"]
+__all__ = ["RequestData", "ResponseData", "UnsendableResponse", "check_sendable", "header_problem"]
 
 
 @dataclass(frozen=True)
@@ -51,3 +51,39 @@ class ResponseData:
             if k.lower() == lname:
                 return v
         return None
+
+
+class UnsendableResponse(Exception):
+    """A response that cannot be sent or stored: rolled back, and answered 500 ``internal-error``."""
+
+
+#: RFC 9110's ``token``: the characters of a header name.
+_TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+
+
+def header_problem(name: str, value: str) -> str | None:
+    """Why a header cannot be sent, or ``None``: the name an RFC 9110 token, the value visible ASCII.
+
+    A value may hold spaces and tabs, and nothing else outside 0x21 to
+    0x7E (no CR, LF, NUL or other control character, nothing above 0x7E):
+    the part of RFC 9110 that every server of the four languages writes.
+    """
+    if not name or not set(name) <= _TOKEN:
+        return f"the header name {name!r} is not an RFC 9110 token"
+    for c in value:
+        if not (" " <= c <= "~" or c == "\t"):
+            return f"the value of the header {name!r} has the character {c!r}"
+    return None
+
+
+def check_sendable(response: ResponseData) -> None:
+    """Raise :class:`UnsendableResponse` for a response a server cannot write as it is.
+
+    The status is 200 to 599; every header passes :func:`header_problem`.
+    """
+    if not 200 <= response.status <= 599:
+        raise UnsendableResponse(f"the status {response.status} is not 200 to 599")
+    for name, value in response.headers:
+        reason = header_problem(name, value)
+        if reason is not None:
+            raise UnsendableResponse(reason)

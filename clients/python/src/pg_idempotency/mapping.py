@@ -57,6 +57,7 @@ DEFAULT_MAPPING: Mapping[str, Problem] = MappingProxyType(
         ),
         "unauthenticated": Problem(401, "Unauthenticated", "This request needs an authenticated principal."),
         "invalid-request": Problem(400, "Invalid request", "The request has an invalid argument."),
+        "payload-too-large": Problem(413, "Payload too large", "The request body is larger than this service takes."),
         "in-progress": Problem(
             409,
             "Request in progress",
@@ -76,10 +77,19 @@ DEFAULT_MAPPING: Mapping[str, Problem] = MappingProxyType(
         ),
         "read-only": Problem(503, "Database read-only", "The database is read-only; retry later.", retry_after=True),
         "retry": Problem(503, "Retry", "The request conflicted with another one; retry it.", retry_after=True),
+        "timeout": Problem(
+            503,
+            "Request timed out",
+            "The request took longer than this service allows; nothing was kept. Retry it.",
+            retry_after=True,
+        ),
+        "unavailable": Problem(
+            503, "Database unavailable", "The database cannot be reached right now; retry later.", retry_after=True
+        ),
         "unsupported-envelope": Problem(
             500,
             "Unsupported response envelope",
-            "The stored response was written in a newer envelope version than this service reads.",
+            "The stored response cannot be read by this service: a newer envelope version, or not a valid envelope.",
         ),
         "internal-error": Problem(500, "Internal error", "The request failed; retry it later."),
     }
@@ -100,6 +110,8 @@ SQLSTATE_CODES: Mapping[str, str] = MappingProxyType(
         "25006": "read-only",
         "40001": "retry",
         "40P01": "retry",
+        "57014": "timeout",
+        "25P03": "timeout",
         "ID003": "in-progress",
         "ID004": "mismatch",
         "ID005": "stuck",

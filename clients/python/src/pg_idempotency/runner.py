@@ -1,60 +1,220 @@
-"""The transaction runner on psycopg 3: :class:`Idempotency` and its twin :class:`AsyncIdempotency`.
+"""The runners on psycopg 3 pools: :class:`Idempotency` and :class:`AsyncIdempotency`.
 
-Each request takes one connection from the pool and runs, in one
-transaction: ``idem_reserve``; on ``new`` the handler, given that
-connection; ``idem_complete`` with the response envelope; COMMIT. A handler
-that raises, or returns a retryable status, is rolled back. The async twin
-shields the transaction from cancellation: once the handler has started,
-the client going away does not stop the commit, so its retry replays.
+Both are callers of the core runner (:mod:`pg_idempotency._core_runner`):
+:meth:`Idempotency.run_under_key` runs any function under a key and
+returns new, replay or raises a typed error; :meth:`Idempotency.run` is the
+HTTP request on top of it (the key, the scope, the envelope, the mapping).
+The async runner shields the transaction from cancellation: once the
+handler has started, the client going away does not stop the commit, so
+its retry replays.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, TypeVar, overload
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from datetime import timedelta
+from typing import Any, TypeVar, overload
 
 import psycopg
+from psycopg import pq
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
+from ._core_runner import Completion, Policy, Result, run_async, run_sync
+from ._json import dump_json
 from .core import (
-    COMPLETE_SQL,
-    RESERVE_SQL,
+    REPLAYED_HEADER,
+    TIME_LIMIT_SQL,
+    TimeLimitExceeded,
+    time_limit_params,
+    KeyOutcomeError,
     Plan,
     ProblemError,
-    answer_reservation,
     error_response,
     logger,
     plan,
     problem,
     read_key,
     scope_value,
-    should_complete,
 )
-from .http import RequestData, ResponseData
+from .envelope import UnsupportedEnvelope, build_envelope, read_envelope
+from .http import RequestData, ResponseData, UnsendableResponse, check_sendable
 from .settings import IdempotencySettings
 from .version import VERSION_SQL, require_version
 
-__all__ = ["AsyncIdempotency", "Idempotency"]
+__all__ = [
+    "AsyncIdempotency",
+    "Idempotency",
+    "answer_error",
+    "answer_result",
+    "completion_of",
+    "library_answer",
+    "policy_of",
+]
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 def _identity(response: ResponseData) -> ResponseData:
     return response
 
 
-class _Rolled(Exception):
-    """Carries a retryable response out of the transaction block, which rolls back."""
+# --- the HTTP request on the core runner (pure, shared by every integration) ---
 
-    def __init__(self, response: Any) -> None:
-        super().__init__("rolled back")
-        self.response = response
+
+def policy_of(settings: IdempotencySettings) -> Policy:
+    """The core runner's policy of the settings: retryable statuses, final errors."""
+    return Policy(settings.retryable_statuses, settings.is_final)
+
+
+def completion_of(
+    settings: IdempotencySettings, response: T, describe: Callable[[T], ResponseData], keyed: bool = True
+) -> Completion[T]:
+    """The completion of a framework's response: checked as it will be sent, and its envelope.
+
+    A response that cannot be sent raises :class:`~pg_idempotency.http.UnsendableResponse`
+    (rolled back, 500 ``internal-error``), whatever its status, and so does
+    an envelope over ``max_response_bytes``; a retryable status is rolled
+    back, so it needs no envelope.
+    """
+    described = describe(response)
+    check_sendable(described)
+    if settings.is_retryable(described.status) or not keyed:
+        return Completion(described.status, None, response)
+    envelope = build_envelope(described, settings.replay_headers)
+    limit = settings.max_response_bytes
+    if limit is not None and len(envelope) > limit and len(envelope.encode()) > limit:
+        raise UnsendableResponse(f"the response to store is over max_response_bytes ({limit})")
+    return Completion(described.status, envelope, response)
+
+
+def answer_result(settings: IdempotencySettings, result: Result[T]) -> T | ResponseData:
+    """The answer of a run: the handler's response, or the replay of the stored one."""
+    if result.outcome != "replay":
+        return result.value  # type: ignore[return-value]
+    try:
+        replay = read_envelope(result.status, result.response, settings.replay_headers)
+    except UnsupportedEnvelope as e:
+        logger.error("cannot replay: %s", e)
+        return problem(settings, "unsupported-envelope")
+    replay.headers.append(REPLAYED_HEADER)
+    return replay
+
+
+def _sqlstate(e: BaseException) -> tuple[str | None, str | None] | None:
+    """The SQLSTATE and primary message of a database error (psycopg's, or Django's wrapping it)."""
+    for error in (e, e.__cause__):
+        if isinstance(error, psycopg.Error):
+            return error.sqlstate, error.diag.message_primary or str(error)
+    return None
+
+
+#: SQLSTATEs of a server going away: shutdown, crash, not accepting connections yet.
+_GONE = frozenset({"57P01", "57P02", "57P03"})
+
+
+def _connection_lost(e: BaseException) -> bool:
+    """Whether a database error is the connection failing or lost (not an error of a statement)."""
+    for error in (e, e.__cause__):
+        if isinstance(error, psycopg.OperationalError):
+            state = error.sqlstate
+            return state is None or state.startswith("08") or state in _GONE
+    return False
+
+
+def library_answer(settings: IdempotencySettings, e: BaseException) -> ResponseData | None:
+    """The mapping's answer to an error of the library or the database, or ``None`` for any other error.
+
+    The errors it answers are the library's to map, before a framework's
+    handlers: a handler's SQL error with SQLSTATE ``40001`` is 503 ``retry``.
+    """
+    if isinstance(e, ProblemError):
+        return problem(settings, e.code, e.detail)
+    if isinstance(e, KeyOutcomeError):
+        return problem(settings, e.code)
+    if isinstance(e, TimeLimitExceeded):
+        logger.warning("the handler ran past time_limit; its transaction was rolled back")
+        return problem(settings, "timeout")
+    if isinstance(e, UnsendableResponse):
+        logger.error("the response cannot be sent or stored; its transaction was rolled back: %s", e)
+        return problem(settings, "internal-error")
+    if isinstance(e, PoolTimeout) or _connection_lost(e):
+        logger.warning("the database is unavailable: %s", e)
+        return problem(settings, "unavailable")
+    database = _sqlstate(e)
+    if database is not None:
+        return error_response(settings, *database)
+    return None
+
+
+def answer_error(settings: IdempotencySettings, e: BaseException) -> ResponseData:
+    """The mapping's answer to an error that rolled the transaction back (re-raised unless an Exception)."""
+    answer = library_answer(settings, e)
+    if answer is not None:
+        return answer
+    if not isinstance(e, Exception):
+        raise e
+    logger.exception("the idempotent handler failed; its transaction was rolled back")
+    return problem(settings, "internal-error")
+
+
+def _scoped_plan(settings: IdempotencySettings, request: RequestData, principal: object, key: str) -> Plan:
+    if inspect.isawaitable(principal):
+        raise TypeError("the scope function of a sync runner returned an awaitable")
+    return plan(settings, request, key, scope_value(principal))
+
+
+def _document_plan(
+    operation: str, key: str, scope: str, request: Any, ttl: timedelta | None
+) -> Plan:
+    if not operation or not key or not scope:
+        raise ValueError("operation, key and scope must not be empty")
+    return Plan(operation, key, scope, dump_json(request), ttl)
+
+
+# --- psycopg pools ---
+
+
+class _PoolTransactions:
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        self.pool = pool
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def fetchone(self, conn: psycopg.Connection[Any], query: str, params: Sequence[Any]) -> Sequence[Any] | None:
+        return conn.execute(query, params).fetchone()
+
+    def can_commit(self, conn: psycopg.Connection[Any]) -> bool:
+        return conn.info.transaction_status != pq.TransactionStatus.INERROR
+
+
+class _AsyncPoolTransactions:
+    def __init__(self, pool: AsyncConnectionPool[Any]) -> None:
+        self.pool = pool
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    async def fetchone(
+        self, conn: psycopg.AsyncConnection[Any], query: str, params: Sequence[Any]
+    ) -> Sequence[Any] | None:
+        cur = await conn.execute(query, params)
+        return await cur.fetchone()
+
+    def can_commit(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        return conn.info.transaction_status != pq.TransactionStatus.INERROR
 
 
 class Idempotency:
-    """Runs handlers idempotently on a psycopg :class:`~psycopg_pool.ConnectionPool`.
+    """Runs functions and HTTP handlers idempotently on a psycopg :class:`~psycopg_pool.ConnectionPool`.
 
     ::
 
@@ -62,12 +222,9 @@ class Idempotency:
         response = idem.run(request, lambda conn: handler(conn, request))
 
     The constructor checks the extension's version (``check=False`` skips it).
-    ``passthrough`` names exceptions that are rolled back and re-raised (a
-    framework's HTTP errors) instead of being answered ``internal-error``.
+    ``passthrough`` names exceptions that are rolled back and re-raised (to
+    a framework's own handlers) instead of being answered.
     """
-
-    #: An integration's framework errors, always passed through (before ``passthrough``).
-    framework_errors: ClassVar[tuple[type[BaseException], ...]] = ()
 
     def __init__(
         self,
@@ -79,8 +236,9 @@ class Idempotency:
     ) -> None:
         self.pool = pool
         self.settings = settings.validate()
-        self.passthrough = (*self.framework_errors, *passthrough)
+        self.passthrough = passthrough
         self.extension_version: str | None = None
+        self._tx = _PoolTransactions(pool)
         if check:
             self.check_version()
 
@@ -92,12 +250,38 @@ class Idempotency:
         self.extension_version = require_version(row[0] if row else None)
         return self.extension_version
 
+    def run_under_key(
+        self,
+        *,
+        operation: str,
+        key: str,
+        scope: str,
+        request: Any,
+        fn: Callable[[psycopg.Connection[Any]], Completion[T]],
+        ttl: timedelta | None = None,
+        policy: Policy = Policy(),
+        resolve: Callable[[Exception], Completion[T] | None] | None = None,
+    ) -> Result[T]:
+        """The core runner: ``fn(conn)`` under ``key``, in one transaction with its record.
+
+        ``request`` is the request document (any JSON value; its
+        ``idem_hash`` is the fingerprint). Returns ``new`` with ``fn``'s
+        completion after COMMIT, ``replay`` with the stored status and
+        response (``fn`` not called), or ``rolled_back`` for a retryable
+        status; raises :class:`~pg_idempotency.InProgressError`,
+        :class:`~pg_idempotency.StuckError`, :class:`~pg_idempotency.MismatchError`,
+        and any other error after ROLLBACK. A raised error that ``policy``
+        makes final is completed with ``resolve(error)``.
+        """
+        return run_sync(self._tx, _document_plan(operation, key, scope, request, ttl), fn, policy, resolve)
+
     @overload
     def run(
         self,
         request: RequestData,
         handler: Callable[[psycopg.Connection[Any]], ResponseData],
         *,
+        resolve: Callable[[Exception], ResponseData | None] | None = ...,
         scope_arg: object = ...,
         settings: IdempotencySettings | None = ...,
     ) -> ResponseData: ...
@@ -109,6 +293,7 @@ class Idempotency:
         handler: Callable[[psycopg.Connection[Any]], R],
         describe: Callable[[R], ResponseData],
         *,
+        resolve: Callable[[Exception], R | None] | None = ...,
         scope_arg: object = ...,
         settings: IdempotencySettings | None = ...,
     ) -> R | ResponseData: ...
@@ -119,6 +304,7 @@ class Idempotency:
         handler: Callable[[psycopg.Connection[Any]], Any],
         describe: Callable[[Any], ResponseData] = _identity,
         *,
+        resolve: Callable[[Exception], Any] | None = None,
         scope_arg: object = None,
         settings: IdempotencySettings | None = None,
     ) -> Any:
@@ -126,9 +312,12 @@ class Idempotency:
 
         ``describe`` turns the handler's own response type into
         :class:`ResponseData` (for the envelope); the result is the handler's
-        response or a :class:`ResponseData` (replay, problem). The scope
-        function gets ``scope_arg`` (default: ``request``); ``settings``
-        overrides the runner's for this call.
+        response or a :class:`ResponseData` (replay, problem). ``resolve``
+        is the framework's response to a raised error, or ``None`` where
+        the framework has none: a final error is completed with it, any
+        other is rolled back and answered with it. The scope function gets
+        ``scope_arg`` (default: ``request``); ``settings`` overrides the
+        runner's for this call.
         """
         s = settings or self.settings
         if s.scope is None:
@@ -136,21 +325,21 @@ class Idempotency:
         assert s.scope is not None
         try:
             key = read_key(s, request)
-            if key is None:
-                return self._plain(s, handler, describe)
-            principal = s.scope(request if scope_arg is None else scope_arg)
-            if inspect.isawaitable(principal):
-                raise TypeError("the scope function of a sync runner returned an awaitable")
-            p = plan(s, request, key, scope_value(principal))
+            p = None
+            if key is not None:
+                p = _scoped_plan(s, request, s.scope(request if scope_arg is None else scope_arg), key)
         except ProblemError as e:
             return problem(s, e.code, e.detail)
-        return self._guarded(s, p, handler, describe)
+        except Exception as e:  # a scope function that fails: problem+json, never the framework's page
+            return answer_error(s, e)
+        return self._http(s, p, handler, describe, resolve)
 
     def transaction(
         self,
         handler: Callable[[psycopg.Connection[Any]], Any],
         describe: Callable[[Any], ResponseData] = _identity,
         *,
+        resolve: Callable[[Exception], Any] | None = None,
         settings: IdempotencySettings | None = None,
     ) -> Any:
         """Run ``handler(conn)`` in a plain transaction, without a key.
@@ -158,84 +347,46 @@ class Idempotency:
         Committed unless the handler raises or returns a retryable status,
         and its errors answered as :meth:`run` answers them.
         """
-        return self._plain(settings or self.settings, handler, describe)
+        return self._http(settings or self.settings, None, handler, describe, resolve)
 
-    def _plain(
-        self, s: IdempotencySettings, handler: Callable[[psycopg.Connection[Any]], Any], describe: Callable[[Any], Any]
-    ) -> Any:
-        try:
-            with self.pool.connection() as conn:
-                try:
-                    with conn.transaction():
-                        response = handler(conn)
-                        if s.is_retryable(describe(response).status):
-                            raise _Rolled(response)
-                except _Rolled as r:
-                    return r.response
-                return response
-        except self.passthrough:
-            raise
-        except BaseException as e:
-            return self._failure(s, e)
-
-    def _guarded(
+    def _http(
         self,
         s: IdempotencySettings,
-        p: Plan,
+        p: Plan | None,
         handler: Callable[[psycopg.Connection[Any]], Any],
         describe: Callable[[Any], ResponseData],
+        resolve: Callable[[Exception], Any] | None,
     ) -> Any:
+        limit = time_limit_params(s)
+
+        def fn(conn: psycopg.Connection[Any]) -> Completion[Any]:
+            if limit is not None:
+                conn.execute(TIME_LIMIT_SQL, limit)
+            return completion_of(s, handler(conn), describe, p is not None)
+
+        def resolved(e: Exception) -> Completion[Any] | None:
+            response = resolve(e) if resolve is not None else None
+            return None if response is None else completion_of(s, response, describe, p is not None)
+
         try:
-            with self.pool.connection() as conn:
-                try:
-                    with conn.transaction():
-                        row = conn.execute(RESERVE_SQL, p.reserve_params()).fetchone()
-                        answer = answer_reservation(s, row)
-                        if answer is not None:
-                            return answer
-                        response = handler(conn)
-                        envelope = should_complete(s, described := describe(response))
-                        if envelope is None:
-                            raise _Rolled(response)
-                        conn.execute(COMPLETE_SQL, p.complete_params(envelope, described.status))
-                except _Rolled as r:
-                    return r.response
-                return response
+            return answer_result(s, run_sync(self._tx, p, fn, policy_of(s), resolved))
         except self.passthrough:
             raise
-        except BaseException as e:
-            return self._failure(s, e)
-
-    @staticmethod
-    def _failure(s: IdempotencySettings, e: BaseException) -> ResponseData:
-        return _failure(s, e)
-
-
-def _failure(s: IdempotencySettings, e: BaseException) -> ResponseData:
-    """The answer to an exception that rolled the transaction back (re-raised unless an Exception)."""
-    if isinstance(e, ProblemError):
-        return problem(s, e.code, e.detail)
-    if isinstance(e, PoolTimeout):
-        logger.warning("no connection free in the pool: %s", e)
-        return problem(s, "retry")
-    if isinstance(e, psycopg.Error):
-        return error_response(s, e.sqlstate, e.diag.message_primary or str(e))
-    if not isinstance(e, Exception):
-        raise e
-    logger.exception("the idempotent handler failed; its transaction was rolled back")
-    return problem(s, "internal-error")
+        except Exception as e:
+            answer = library_answer(s, e)
+            if answer is None and resolve is not None:
+                answer = resolve(e)
+            return answer if answer is not None else answer_error(s, e)
 
 
 class AsyncIdempotency:
-    """The async twin of :class:`Idempotency`, on an :class:`~psycopg_pool.AsyncConnectionPool`.
+    """The async runner, on an :class:`~psycopg_pool.AsyncConnectionPool`.
 
     The version is checked by :meth:`check_version` (await it at start-up)
     or, at the latest, on the first :meth:`run`. The transaction of a run
     goes on in a task of its own: cancelling the caller (a client that went
     away) does not cancel it, so it commits and the retry replays.
     """
-
-    framework_errors: ClassVar[tuple[type[BaseException], ...]] = ()
 
     def __init__(
         self,
@@ -247,9 +398,10 @@ class AsyncIdempotency:
     ) -> None:
         self.pool = pool
         self.settings = settings.validate()
-        self.passthrough = (*self.framework_errors, *passthrough)
+        self.passthrough = passthrough
         self.extension_version: str | None = None
         self._check = check
+        self._tx = _AsyncPoolTransactions(pool)
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def check_version(self) -> str:
@@ -261,12 +413,30 @@ class AsyncIdempotency:
         self.extension_version = require_version(row[0] if row else None)
         return self.extension_version
 
+    async def run_under_key(
+        self,
+        *,
+        operation: str,
+        key: str,
+        scope: str,
+        request: Any,
+        fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Completion[T]]],
+        ttl: timedelta | None = None,
+        policy: Policy = Policy(),
+        resolve: Callable[[Exception], Awaitable[Completion[T] | None]] | None = None,
+    ) -> Result[T]:
+        """The core runner, as :meth:`Idempotency.run_under_key`, shielded from cancellation."""
+        p = _document_plan(operation, key, scope, request, ttl)
+        result: Result[T] = await self._shielded(run_async(self._tx, p, fn, policy, resolve))
+        return result
+
     @overload
     async def run(
         self,
         request: RequestData,
         handler: Callable[[psycopg.AsyncConnection[Any]], Awaitable[ResponseData]],
         *,
+        resolve: Callable[[Exception], Awaitable[ResponseData | None]] | None = ...,
         scope_arg: object = ...,
         settings: IdempotencySettings | None = ...,
     ) -> ResponseData: ...
@@ -278,6 +448,7 @@ class AsyncIdempotency:
         handler: Callable[[psycopg.AsyncConnection[Any]], Awaitable[R]],
         describe: Callable[[R], ResponseData],
         *,
+        resolve: Callable[[Exception], Awaitable[R | None]] | None = ...,
         scope_arg: object = ...,
         settings: IdempotencySettings | None = ...,
     ) -> R | ResponseData: ...
@@ -288,6 +459,7 @@ class AsyncIdempotency:
         handler: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Any]],
         describe: Callable[[Any], ResponseData] = _identity,
         *,
+        resolve: Callable[[Exception], Awaitable[Any]] | None = None,
         scope_arg: object = None,
         settings: IdempotencySettings | None = None,
     ) -> Any:
@@ -295,33 +467,39 @@ class AsyncIdempotency:
 
         The scope function may be a coroutine function.
         """
-        if self._check and self.extension_version is None:
-            await self.check_version()
         s = settings or self.settings
+        if self._check and self.extension_version is None:
+            try:
+                await self.check_version()
+            except (PoolTimeout, psycopg.OperationalError) as e:
+                return answer_error(s, e)
         if s.scope is None:
             s.validate()
         assert s.scope is not None
         try:
             key = read_key(s, request)
-            if key is None:
-                return await self._shielded(self._plain(s, handler, describe))
-            principal = s.scope(request if scope_arg is None else scope_arg)
-            if inspect.isawaitable(principal):
-                principal = await principal
-            p = plan(s, request, key, scope_value(principal))
+            p = None
+            if key is not None:
+                principal = s.scope(request if scope_arg is None else scope_arg)
+                if inspect.isawaitable(principal):
+                    principal = await principal
+                p = _scoped_plan(s, request, principal, key)
         except ProblemError as e:
             return problem(s, e.code, e.detail)
-        return await self._shielded(self._guarded(s, p, handler, describe))
+        except Exception as e:  # a scope function that fails: problem+json, never the framework's page
+            return answer_error(s, e)
+        return await self._shielded(self._http(s, p, handler, describe, resolve))
 
     async def transaction(
         self,
         handler: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Any]],
         describe: Callable[[Any], ResponseData] = _identity,
         *,
+        resolve: Callable[[Exception], Awaitable[Any]] | None = None,
         settings: IdempotencySettings | None = None,
     ) -> Any:
         """Run ``await handler(conn)`` in a plain transaction (no key), shielded like :meth:`run`."""
-        return await self._shielded(self._plain(settings or self.settings, handler, describe))
+        return await self._shielded(self._http(settings or self.settings, None, handler, describe, resolve))
 
     async def _shielded(self, work: Awaitable[Any]) -> Any:
         task = asyncio.ensure_future(work)
@@ -329,51 +507,35 @@ class AsyncIdempotency:
         task.add_done_callback(self._tasks.discard)
         return await asyncio.shield(task)
 
-    async def _plain(
+    async def _http(
         self,
         s: IdempotencySettings,
+        p: Plan | None,
         handler: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Any]],
         describe: Callable[[Any], ResponseData],
+        resolve: Callable[[Exception], Awaitable[Any]] | None,
     ) -> Any:
-        try:
-            async with self.pool.connection() as conn:
-                try:
-                    async with conn.transaction():
-                        response = await handler(conn)
-                        if s.is_retryable(describe(response).status):
-                            raise _Rolled(response)
-                except _Rolled as r:
-                    return r.response
-                return response
-        except self.passthrough:
-            raise
-        except BaseException as e:
-            return _failure(s, e)
+        limit = s.time_limit
 
-    async def _guarded(
-        self,
-        s: IdempotencySettings,
-        p: Plan,
-        handler: Callable[[psycopg.AsyncConnection[Any]], Awaitable[Any]],
-        describe: Callable[[Any], ResponseData],
-    ) -> Any:
+        async def fn(conn: psycopg.AsyncConnection[Any]) -> Completion[Any]:
+            if limit is None:
+                return completion_of(s, await handler(conn), describe, p is not None)
+            try:
+                response = await asyncio.wait_for(handler(conn), limit.total_seconds())
+            except asyncio.TimeoutError as e:
+                raise TimeLimitExceeded(f"the handler ran past {limit}") from e
+            return completion_of(s, response, describe, p is not None)
+
+        async def resolved(e: Exception) -> Completion[Any] | None:
+            response = await resolve(e) if resolve is not None else None
+            return None if response is None else completion_of(s, response, describe, p is not None)
+
         try:
-            async with self.pool.connection() as conn:
-                try:
-                    async with conn.transaction():
-                        cur = await conn.execute(RESERVE_SQL, p.reserve_params())
-                        answer = answer_reservation(s, await cur.fetchone())
-                        if answer is not None:
-                            return answer
-                        response = await handler(conn)
-                        envelope = should_complete(s, described := describe(response))
-                        if envelope is None:
-                            raise _Rolled(response)
-                        await conn.execute(COMPLETE_SQL, p.complete_params(envelope, described.status))
-                except _Rolled as r:
-                    return r.response
-                return response
+            return answer_result(s, await run_async(self._tx, p, fn, policy_of(s), resolved))
         except self.passthrough:
             raise
-        except BaseException as e:
-            return _failure(s, e)
+        except Exception as e:
+            answer = library_answer(s, e)
+            if answer is None and resolve is not None:
+                answer = await resolve(e)
+            return answer if answer is not None else answer_error(s, e)

@@ -21,16 +21,20 @@ stop the commit). FastAPI: :mod:`pg_idempotency.fastapi`.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from .core import ProblemError, check_body_size, problem
 from .http import RequestData, ResponseData
 from .runner import AsyncIdempotency
+from .settings import IdempotencySettings
 
 __all__ = ["StarletteIdempotency", "connection", "idempotency_exempt", "idempotent", "to_response"]
 
@@ -91,6 +95,21 @@ def to_response(data: ResponseData) -> Response:
     return response
 
 
+async def _read_body(request: Request, settings: IdempotencySettings) -> bytes:
+    """The request body, read no further than ``max_body_bytes`` (``payload-too-large`` beyond it)."""
+    length = request.headers.get("content-length")
+    check_body_size(settings, int(length) if length and length.isdigit() else None)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        check_body_size(settings, size)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    request._body = body  # what request.body() and request.json() read from now on
+    return body
+
+
 async def _buffered(response: Response) -> Response:
     """The response with its body in memory (a streaming body is read whole, as it is stored)."""
     if isinstance(response, StreamingResponse):
@@ -104,17 +123,38 @@ async def _buffered(response: Response) -> Response:
     return response
 
 
+async def _resolve(request: Request, exc: Exception) -> Response | None:
+    """The response of the application's exception handler for ``exc`` (as Starlette picks it), or ``None``.
+
+    ``HTTPException`` by its status first, then by the exception's classes
+    (FastAPI's handlers of its validation errors are among them); an
+    exception without a handler is not resolved.
+    """
+    handlers, status_handlers = request.scope.get("starlette.exception_handlers", ({}, {}))
+    handler = status_handlers.get(exc.status_code) if isinstance(exc, HTTPException) else None
+    if handler is None:
+        handler = next((handlers[cls] for cls in type(exc).__mro__ if cls in handlers), None)
+    if handler is None:
+        return None
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+        response = await handler(request, exc)
+    else:
+        response = await run_in_threadpool(handler, request, exc)
+    return None if response is None else await _buffered(response)
+
+
 class StarletteIdempotency(AsyncIdempotency):
     """:class:`~pg_idempotency.AsyncIdempotency` for FastAPI and Starlette.
 
-    Starlette's ``HTTPException`` raised by a handler is rolled back and
-    re-raised to the framework's handlers; any other exception is rolled
-    back and answered ``internal-error``. Await :meth:`check_version` in the
+    An exception raised by a handler is rolled back and answered as the
+    application's exception handlers resolve it (Starlette's
+    ``HTTPException``, FastAPI's validation errors, yours), whatever its
+    status; one of the settings' ``final_errors`` is completed with that
+    answer instead. An exception without a handler is rolled back and
+    answered ``internal-error``. Await :meth:`check_version` in the
     application's lifespan to refuse to start on a missing or old
     extension; otherwise the first request checks it.
     """
-
-    framework_errors: ClassVar[tuple[type[BaseException], ...]] = (HTTPException,)
 
     def wrap(
         self,
@@ -128,7 +168,6 @@ class StarletteIdempotency(AsyncIdempotency):
         exempt = mark == _EXEMPT
 
         async def handler(request: Request) -> Response:
-            body = await request.body()
 
             async def run(conn: psycopg.AsyncConnection[Any]) -> Response:
                 setattr(request.state, _STATE, conn)
@@ -137,11 +176,23 @@ class StarletteIdempotency(AsyncIdempotency):
                 finally:
                     setattr(request.state, _STATE, None)
 
+            async def resolve(exc: Exception) -> Response | None:
+                return await _resolve(request, exc)
+
             if exempt or request.method.upper() not in settings.methods:
-                result = await self.transaction(run, _describe, settings=settings)
+                result = await self.transaction(run, _describe, resolve=resolve, settings=settings)
             else:
+                try:
+                    body = await _read_body(request, settings)
+                except ProblemError as e:
+                    return to_response(problem(settings, e.code, e.detail))
                 result = await self.run(
-                    _request_data(request, route, body), run, _describe, scope_arg=request, settings=settings
+                    _request_data(request, route, body),
+                    run,
+                    _describe,
+                    resolve=resolve,
+                    scope_arg=request,
+                    settings=settings,
                 )
             return to_response(result) if isinstance(result, ResponseData) else result
 
