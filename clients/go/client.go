@@ -152,6 +152,8 @@ type Result struct {
 	// Committed says that the response was completed and committed; false
 	// for a retryable status, which was rolled back.
 	Committed bool
+	// raised says that the error returned with the result is fn's own
+	raised bool
 }
 
 // BeginFunc runs fn idempotently, in the style of pgx.BeginFunc: it begins a
@@ -160,8 +162,12 @@ type Result struct {
 // retryable ([WithRetryable]) the response is stored with idem_complete (in
 // the envelope of [EncodeEnvelope]) and the transaction committed; when fn
 // returns an error or a retryable status, or panics, the transaction is
-// rolled back, so the effect and the record vanish together and a retry is
-// new again.
+// rolled back (a panic goes on after the rollback), so the effect and the
+// record vanish together and a retry is new again. An error that
+// [WithFinalErrors] marks final, returned with a response, is completed
+// with that response like a returned one (unless fn's own SQL failed in the
+// transaction, which then cannot commit) and returned too, with
+// Result.Committed true.
 //
 // On "replay" fn is not called and Result.Response is the stored response.
 // "in_progress", "mismatch" and "stuck" return [ErrInProgress],
@@ -236,26 +242,34 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 		return res, fmt.Errorf("idempotency: idem_reserve answered an unknown outcome %q", outcome)
 	}
 
-	res.Response, err = fn(ctx, tx)
-	if err != nil {
-		return res, err
+	var raised error
+	res.Response, raised = fn(ctx, tx)
+	// from here on, the error returned is fn's own (raised) unless the
+	// completion fails
+	res.raised = raised != nil
+	if raised != nil && (cfg.final == nil || res.Response.Status == 0 || !cfg.final(raised) ||
+		tx.Conn().PgConn().TxStatus() == 'E') {
+		// a raised error, or a final one whose transaction failed (its
+		// own SQL raised): it cannot commit
+		return res, raised
 	}
 	if cfg.retryable(res.Response.Status) {
-		return res, nil
+		return res, raised
 	}
 	// From here on nobody may cancel: the effect is about to commit
 	ctx = context.WithoutCancel(ctx)
 	envelope, err := EncodeEnvelope(res.Response, cfg.replayHeaders)
+	if err == nil {
+		_, err = tx.Exec(ctx, c.completeSQL, req.Operation, req.Key, string(envelope), res.Response.Status, req.Scope)
+	}
+	if err == nil {
+		done = true
+		err = tx.Commit(ctx)
+	}
 	if err != nil {
-		return res, err
-	}
-	if _, err = tx.Exec(ctx, c.completeSQL, req.Operation, req.Key, string(envelope), res.Response.Status, req.Scope); err != nil {
-		return res, err
-	}
-	done = true
-	if err = tx.Commit(ctx); err != nil {
+		res.raised = false
 		return res, err
 	}
 	res.Committed = true
-	return res, nil
+	return res, raised
 }

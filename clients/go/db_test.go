@@ -150,6 +150,8 @@ func TestVersionCheck(t *testing.T) {
 		"an empty operation":                  WithOperation(""),
 		"a status that is not HTTP":           WithProblem(CodeRetry, Problem{Status: 99}),
 		"a negative Retry-After":              WithRetryAfter(-1),
+		"no final errors function":            WithFinalErrors(nil),
+		"no error handler":                    WithErrorHandler(nil),
 	} {
 		if _, err := New(ctx, testPool, bad); err == nil {
 			t.Errorf("New accepted %s", name)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -27,9 +26,12 @@ func Tx(ctx context.Context) pgx.Tx {
 }
 
 // HandlerFunc is an HTTP handler that can fail: given to [Client.Middleware]
-// directly, a non-nil error rolls the transaction back and is answered from
-// the mapping (a *pgconn.PgError by its SQLSTATE: 40001 is 503 retry, ...;
-// anything else 500 internal-error, logged), whatever the handler wrote.
+// directly, a non-nil error is the raised error of doc/clients.md. It rolls
+// the transaction back, whatever the handler wrote, and is answered by
+// [WithErrorHandler], or else from the mapping (a *pgconn.PgError by its
+// SQLSTATE: 40001 is 503 retry, ...; anything else 500 internal-error,
+// logged). An error [WithFinalErrors] marks final is completed with that
+// answer instead.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // ServeHTTP calls f; outside the middleware an error is answered from the
@@ -51,7 +53,9 @@ func (f HandlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // request's context carrying the transaction ([Tx]) and a ResponseWriter
 // that buffers the status, headers and body. A response with a status that
 // is not retryable is completed and committed, and only then sent; a
-// retryable status, a panic or a [HandlerFunc]'s error rolls back. A replay
+// retryable status or a [HandlerFunc]'s error (unless final) rolls back. A
+// panic rolls back and goes on, unrecovered, to net/http (which closes the
+// connection) or the application's recoverer, which answers it. A replay
 // answers the stored status, allow-listed headers and body with
 // Idempotent-Replayed: true; other outcomes and errors are answered from the
 // mapping as application/problem+json.
@@ -100,7 +104,7 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 		return cfg.problemResponse(CodeInvalidKey, err.(*KeyError).Detail)
 	}
 	scope, ok := cfg.scope(r)
-	if !ok {
+	if !ok || scope == "" {
 		return cfg.problemResponse(CodeUnauthenticated, "")
 	}
 	var body []byte
@@ -124,28 +128,50 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 
 	ctx := context.WithoutCancel(r.Context())
 	req := Request{Operation: cfg.operationOf(r), Scope: scope, Key: key, Document: doc}
+	var resolved Response // the answer to the error a HandlerFunc returned
 	res, err := c.run(ctx, cfg, req, func(ctx context.Context, tx pgx.Tx) (Response, error) {
 		hr := r.WithContext(context.WithValue(ctx, txKey{}, tx))
 		hr.Body = io.NopCloser(bytes.NewReader(body))
 		hr.ContentLength = int64(len(body))
 		hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		cw := &captureWriter{header: http.Header{}}
-		if err := callHandler(next, cw, hr); err != nil {
-			return Response{}, err
+		// a panic is not recovered: it rolls back (run's deferred
+		// ROLLBACK) and goes on to net/http or the application's recoverer
+		f, ok := next.(HandlerFunc)
+		if !ok {
+			next.ServeHTTP(cw, hr)
+			return cw.response(), nil
 		}
-		return cw.response(), nil
+		raised := f(cw, hr)
+		if raised == nil {
+			return cw.response(), nil
+		}
+		resolved = cfg.resolve(raised, hr)
+		return resolved, raised
 	})
+	if res.raised && (err != nil || res.Committed) {
+		// completed when final, rolled back otherwise: answered as resolved
+		return resolved
+	}
 	if err != nil {
-		var hp *handlerPanic
-		if errors.As(err, &hp) && hp.value == http.ErrAbortHandler {
-			panic(hp.value) // rolled back; net/http aborts the response
-		}
 		return cfg.errorResponse(err, r)
 	}
 	if res.Outcome == OutcomeReplay {
 		res.Response.Header.Set("Idempotent-Replayed", "true")
 	}
 	return res.Response
+}
+
+// resolve is the answer to an error a HandlerFunc returned: the error
+// handler's, or the mapping's
+func (cfg *config) resolve(err error, r *http.Request) Response {
+	if cfg.errorHandler != nil {
+		ew := &captureWriter{header: http.Header{}}
+		if cfg.errorHandler(ew, r, err) {
+			return ew.response()
+		}
+	}
+	return cfg.errorResponse(err, r)
 }
 
 // operationOf is the route's operation: the configured one, or METHOD and
@@ -181,36 +207,6 @@ func requestPath(r *http.Request) string {
 		return u
 	}
 	return r.URL.EscapedPath()
-}
-
-// handlerPanic is a panic of the handler, as an error that rolls back
-type handlerPanic struct {
-	value any
-	stack []byte
-}
-
-func (p *handlerPanic) Error() string {
-	return fmt.Sprintf("idempotency: the handler panicked: %v\n%s", p.value, p.stack)
-}
-
-// Unwrap lets a panic with an error (a *pgconn.PgError) be mapped by it
-func (p *handlerPanic) Unwrap() error {
-	err, _ := p.value.(error)
-	return err
-}
-
-// callHandler runs the handler; a panic or a HandlerFunc's error is returned
-func callHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &handlerPanic{value: v, stack: debug.Stack()}
-		}
-	}()
-	if f, ok := next.(HandlerFunc); ok {
-		return f(w, r)
-	}
-	next.ServeHTTP(w, r)
-	return nil
 }
 
 // errorResponse maps an error to its problem: the outcomes' errors, a

@@ -24,6 +24,8 @@ type config struct {
 	keyOptional   bool
 	replayHeaders map[string]bool
 	retryable     func(int) bool
+	final         func(error) bool
+	errorHandler  func(http.ResponseWriter, *http.Request, error) bool
 	mapping       Mapping
 	retryAfter    int
 	methods       map[string]bool
@@ -151,6 +153,41 @@ func WithRetryable(retryable func(status int) bool) Option {
 	}
 }
 
+// WithFinalErrors sets which raised errors are final answers: an error a
+// [HandlerFunc] returns (or a [Client.BeginFunc] function returns with a
+// response) for which final reports true is completed with the response
+// it resolves to ([WithErrorHandler], or the mapping) and committed, as if
+// the handler had returned that response, and its retry replays it. By
+// default no error is final: a raised error rolls back whatever status it
+// resolves to, and the retry runs again. A panic is never final.
+//
+//	idempotency.WithFinalErrors(func(err error) bool { return errors.Is(err, ErrCardDeclined) })
+func WithFinalErrors(final func(err error) bool) Option {
+	return func(c *config) {
+		if final == nil {
+			c.errs = append(c.errs, errors.New("idempotency: WithFinalErrors needs a function"))
+			return
+		}
+		c.final = final
+	}
+}
+
+// WithErrorHandler sets how an error a [HandlerFunc] returns is answered:
+// handle writes the answer to w (a status, headers and a body, as a handler
+// does) and reports true, or reports false, writing nothing, to leave the
+// error to the mapping (a *pgconn.PgError by its SQLSTATE, anything else
+// 500 internal-error, logged). The error is rolled back either way, unless
+// [WithFinalErrors] marks it final.
+func WithErrorHandler(handle func(w http.ResponseWriter, r *http.Request, err error) bool) Option {
+	return func(c *config) {
+		if handle == nil {
+			c.errs = append(c.errs, errors.New("idempotency: WithErrorHandler needs a function"))
+			return
+		}
+		c.errorHandler = handle
+	}
+}
+
 // WithMapping replaces the whole mapping of outcomes and errors to answers
 // (see [DefaultMapping]).
 func WithMapping(m Mapping) Option {
@@ -191,7 +228,7 @@ func WithMethods(methods ...string) Option {
 	}
 }
 
-// WithLogger sets where internal errors and handler panics are logged (by
+// WithLogger sets where internal errors are logged (by
 // default slog.Default()); the client is told only "internal-error".
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
