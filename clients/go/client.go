@@ -187,11 +187,12 @@ func (c *Client) BeginFunc(ctx context.Context, req Request, fn func(ctx context
 			return Result{}, cfg.errs[0]
 		}
 	}
-	return c.run(ctx, &cfg, req, fn)
+	return c.run(ctx, &cfg, req, fn, nil)
 }
 
-// run is BeginFunc with the route's settings
-func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(context.Context, pgx.Tx) (Response, error)) (res Result, err error) {
+// run is BeginFunc with the route's settings; check, when not nil, is the
+// caller's check of what it can send, before anything is completed
+func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(context.Context, pgx.Tx) (Response, error), check func(Response) error) (res Result, err error) {
 	tx, err := c.db.BeginTx(ctx, cfg.txOptions)
 	if err != nil {
 		return res, err
@@ -253,6 +254,12 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 		// own SQL raised): it cannot commit
 		return res, raised
 	}
+	if check != nil {
+		if err = check(res.Response); err != nil {
+			res.raised = false
+			return res, err
+		}
+	}
 	if cfg.retryable(res.Response.Status) {
 		return res, raised
 	}
@@ -261,6 +268,7 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 	envelope, err := EncodeEnvelope(res.Response, cfg.replayHeaders)
 	if err == nil {
 		_, err = tx.Exec(ctx, c.completeSQL, req.Operation, req.Key, string(envelope), res.Response.Status, req.Scope)
+		err = storeError(err)
 	}
 	if err == nil {
 		done = true

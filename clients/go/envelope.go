@@ -45,12 +45,18 @@ type envelope struct {
 // headers holds the response headers whose lower-cased names are in allow
 // (lower-cased names), several values joined with ", "; body is the body as
 // JSON when its Content-Type is JSON and it parses, otherwise body_base64;
-// neither for an empty body.
+// neither for an empty body. A stored header value with a character other
+// than visible ASCII, space and tab is a *[CompletionError].
 func EncodeEnvelope(resp Response, allow map[string]bool) ([]byte, error) {
 	env := envelope{V: json.RawMessage("1"), Headers: map[string]string{}}
 	for name, values := range resp.Header {
 		lower := strings.ToLower(name)
 		if allow[lower] && len(values) > 0 {
+			for _, v := range values {
+				if !validHeaderValue(v) {
+					return nil, badHeaderValue(name, v)
+				}
+			}
 			if prev, ok := env.Headers[lower]; ok {
 				values = append([]string{prev}, values...)
 			}

@@ -55,7 +55,9 @@ func (f HandlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // is not retryable is completed and committed, and only then sent; a
 // retryable status or a [HandlerFunc]'s error (unless final) rolls back. A
 // panic rolls back and goes on, unrecovered, to net/http (which closes the
-// connection) or the application's recoverer, which answers it. A replay
+// connection) or the application's recoverer, which answers it. A response
+// that cannot be written as it is or stored ([CompletionError]) rolls back
+// and is answered 500 internal-error. A replay
 // answers the stored status, allow-listed headers and body with
 // Idempotent-Replayed: true; other outcomes and errors are answered from the
 // mapping as application/problem+json.
@@ -148,7 +150,7 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 		}
 		resolved = cfg.resolve(raised, hr)
 		return resolved, raised
-	})
+	}, checkSendable)
 	if res.raised && (err != nil || res.Committed) {
 		// completed when final, rolled back otherwise: answered as resolved
 		return resolved
@@ -222,6 +224,12 @@ func (cfg *config) errorResponse(err error, r *http.Request) Response {
 		return cfg.problemResponse(CodeStuck, "")
 	case errors.Is(err, ErrUnsupportedEnvelope):
 		return cfg.problemResponse(CodeUnsupportedEnvelope, "")
+	}
+	var unsendable *CompletionError
+	if errors.As(err, &unsendable) {
+		// rolled back: never mapped by the SQLSTATE of the server's error
+		cfg.logger.Error("idempotency: the response cannot be sent or stored; rolled back", "method", r.Method, "path", r.URL.Path, "error", err)
+		return cfg.problemResponse(CodeInternalError, "")
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
