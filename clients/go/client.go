@@ -231,7 +231,7 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 		if status != nil {
 			code = int(*status)
 		}
-		res.Response, err = DecodeEnvelope(code, stored)
+		res.Response, err = DecodeEnvelope(code, stored, cfg.replayHeaders)
 		return res, err
 	case OutcomeInProgress:
 		return res, ErrInProgress

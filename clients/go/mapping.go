@@ -67,7 +67,7 @@ func DefaultMapping() Mapping {
 			CodeMismatch:            {422, "Idempotency-Key reused", "This Idempotency-Key was already used with a different request.", false},
 			CodeReadOnly:            {503, "Database read-only", "The database is read-only at the moment; retry later.", true},
 			CodeRetry:               {503, "Conflict with a concurrent request", "The request conflicted with a concurrent one and was rolled back; retry it.", true},
-			CodeUnsupportedEnvelope: {500, "Unsupported response envelope", "The stored response was written by a newer version of the library.", false},
+			CodeUnsupportedEnvelope: {500, "Unsupported response envelope", "The stored response cannot be read by this version of the library.", false},
 			CodeInternalError:       {500, "Internal error", "The request could not be processed.", false},
 			CodePayloadTooLarge:     {413, "Request too large", "The request body is too large.", false},
 		},

@@ -105,26 +105,33 @@ func TestOnlyWhatCanBeSentIsCommitted(t *testing.T) {
 	}
 }
 
+// serverPost sends the usual request (key k, account acct-a, {}) to a real
+// server and reads the whole answer
+func serverPost(t *testing.T, url string) (*http.Response, string) {
+	t.Helper()
+	r, _ := http.NewRequest("POST", url+"/payments", strings.NewReader(`{}`))
+	r.Header.Set("Idempotency-Key", "k")
+	r.Header.Set("Authorization", "Bearer acct-a")
+	r.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(body)
+}
+
 // TestOnlyWhatCanBeSentThroughAServer: through a real net/http server,
 // which rewrites CR and LF to spaces and drops invalid names when it
 // writes: the middleware refuses first (500, rolled back); a value that
 // can be sent is written and replayed as it is
 func TestOnlyWhatCanBeSentThroughAServer(t *testing.T) {
 	c := newClient(t, testPool)
-	do := func(url string) (*http.Response, string) {
-		t.Helper()
-		r, _ := http.NewRequest("POST", url+"/payments", strings.NewReader(`{}`))
-		r.Header.Set("Idempotency-Key", "k")
-		r.Header.Set("Authorization", "Bearer acct-a")
-		r.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp, string(body)
-	}
+	do := func(url string) (*http.Response, string) { return serverPost(t, url) }
 	for _, name := range []string{"CR LF in Location (client text)", "€ in Content-Type", "a header name with a space", `\u0000 in a JSON body`} {
 		t.Run(name, func(t *testing.T) {
 			reset(t)
