@@ -156,7 +156,8 @@ type Result struct {
 	raised bool
 }
 
-// BeginFunc runs fn idempotently, in the style of pgx.BeginFunc: it begins a
+// BeginFunc runs fn idempotently, in the style of pgx.BeginFunc. It is the
+// package's one core runner: [Client.Middleware] is a caller of it. It begins a
 // transaction on the client's pool, calls idem_reserve and, on "new", calls
 // fn with the transaction. When fn returns a response whose status is not
 // retryable ([WithRetryable]) the response is stored with idem_complete (in
@@ -171,7 +172,8 @@ type Result struct {
 //
 // On "replay" fn is not called and Result.Response is the stored response.
 // "in_progress", "mismatch" and "stuck" return [ErrInProgress],
-// [ErrMismatch] and [ErrStuck]; database errors are returned as they are
+// [ErrMismatch] and [ErrStuck]; a response that cannot be stored is a
+// *[CompletionError]; database errors are returned as they are
 // (*pgconn.PgError). opts override the client's settings for this call.
 //
 // Once fn has returned, the completion and the COMMIT run on
