@@ -230,3 +230,23 @@ func TestEmptyPrincipal(t *testing.T) {
 		t.Fatalf("%d %s, %d runs", w.Code, w.Body, h.calls.Load())
 	}
 }
+
+// TestBadPrincipal: a principal the extension refuses is 400
+// invalid-request in every language, nothing reserved, the handler not run
+func TestBadPrincipal(t *testing.T) {
+	for name, principal := range map[string]string{
+		"a NUL":                   "acct\x00a",
+		"over 255 bytes":          strings.Repeat("a", 256),
+		"the reserved idem: form": "idem:acct-a",
+	} {
+		t.Run(name, func(t *testing.T) {
+			reset(t)
+			h := &effectHandler{}
+			c := newClient(t, testPool, WithScope(func(*http.Request) (string, bool) { return principal, true }))
+			w := post("k", `{}`).do(c.Middleware()(h))
+			if w.Code != 400 || problemCode(t, w) != CodeInvalidRequest || h.calls.Load() != 0 || records(t) != 0 {
+				t.Fatalf("%d %s, %d runs", w.Code, w.Body, h.calls.Load())
+			}
+		})
+	}
+}
