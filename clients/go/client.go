@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Version is this package's version.
@@ -124,6 +125,10 @@ var (
 	ErrMismatch = errors.New("idempotency: the key was used with another request")
 	// ErrStuck: a request with this key never finished (409 stuck).
 	ErrStuck = errors.New("idempotency: a request with this key is stuck")
+	// ErrUnavailable wraps an error of a connection lost under the
+	// transaction (503 unavailable): rolled back, or, lost during COMMIT,
+	// committed or not, which the retry finds out.
+	ErrUnavailable = errors.New("idempotency: the database connection was lost")
 )
 
 // Request identifies one idempotent call.
@@ -201,6 +206,12 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 	}
 	done := false
 	defer func() {
+		// (read before the connection goes back to the pool: after a
+		// COMMIT it is no longer ours)
+		if !done && err != nil && !res.raised && tx.Conn().IsClosed() {
+			// the connection was lost under the transaction
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		if !done {
 			// an error, a panic or a retryable status: nothing is kept
 			_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -274,7 +285,11 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 	}
 	if err == nil {
 		done = true
-		err = tx.Commit(ctx)
+		var pgErr *pgconn.PgError
+		if err = tx.Commit(ctx); err != nil && !errors.As(err, &pgErr) && !errors.Is(err, pgx.ErrTxCommitRollback) {
+			// lost during COMMIT: committed or not, the retry finds out
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 	}
 	if err != nil {
 		res.raised = false

@@ -148,6 +148,9 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 		if raised == nil {
 			return cw.response(), nil
 		}
+		if tx.Conn().IsClosed() {
+			raised = fmt.Errorf("%w: %w", ErrUnavailable, raised)
+		}
 		resolved = cfg.resolve(raised, hr)
 		return resolved, raised
 	}, checkSendable)
@@ -241,8 +244,20 @@ func (cfg *config) errorResponse(err error, r *http.Request) Response {
 			return cfg.problemResponse(code, detail)
 		}
 	}
+	if connectionLost(err) {
+		cfg.logger.Warn("idempotency: the database cannot be reached; rolled back", "method", r.Method, "path", r.URL.Path, "error", err)
+		return cfg.problemResponse(CodeUnavailable, "")
+	}
 	cfg.logger.Error("idempotency: request failed and was rolled back", "method", r.Method, "path", r.URL.Path, "error", err)
 	return cfg.problemResponse(CodeInternalError, "")
+}
+
+// connectionLost reports whether err is the database going away without a
+// SQLSTATE: a connection the pool cannot make, or one closed under the
+// transaction (ErrUnavailable)
+func connectionLost(err error) bool {
+	var connect *pgconn.ConnectError
+	return errors.As(err, &connect) || errors.Is(err, ErrUnavailable)
 }
 
 // send writes a buffered answer to the client; a zero Response was written

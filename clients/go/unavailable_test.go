@@ -1,0 +1,122 @@
+package idempotency
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// refusedDB checks the version on the test server and begins its
+// transactions on a pool whose server is gone: a loopback port nobody
+// listens on (connection refused)
+type refusedDB struct{ refused *pgxpool.Pool }
+
+func (d refusedDB) BeginTx(ctx context.Context, o pgx.TxOptions) (pgx.Tx, error) {
+	return d.refused.BeginTx(ctx, o)
+}
+
+func (d refusedDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return testPool.QueryRow(ctx, sql, args...)
+}
+
+// terminateOwnBackend ends the server process of the handler's
+// transaction from another connection, and waits until it is gone
+func terminateOwnBackend(t *testing.T, r *http.Request) {
+	pid := Tx(r.Context()).Conn().PgConn().PID()
+	var ok bool
+	if err := testPool.QueryRow(context.Background(), "SELECT pg_terminate_backend($1, 10000)", pid).Scan(&ok); err != nil || !ok {
+		t.Errorf("pg_terminate_backend: %v %v", ok, err)
+	}
+}
+
+// TestDatabaseGoingAway: a database that cannot be reached, or a connection
+// lost before COMMIT, is 503 unavailable with Retry-After, nothing kept,
+// and the retry runs again once the database is back
+func TestDatabaseGoingAway(t *testing.T) {
+	ctx := context.Background()
+	unavailable := func(t *testing.T, w *httptest.ResponseRecorder) {
+		t.Helper()
+		if w.Code != 503 || w.Header().Get("Retry-After") != "1" || problemCode(t, w) != CodeUnavailable {
+			t.Fatalf("%d %v %s", w.Code, w.Header(), w.Body)
+		}
+	}
+	t.Run("the pool cannot connect", func(t *testing.T) {
+		reset(t)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		refused, err := openPool(ctx, testDB, func(c *pgxpool.Config) {
+			c.ConnConfig.Host, c.ConnConfig.Port = "127.0.0.1", uint16(port)
+			c.ConnConfig.Fallbacks = nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer refused.Close()
+		c, err := New(ctx, refusedDB{refused}, WithScope(bearer), WithLogger(quiet))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &effectHandler{}
+		w := post("k", `{}`).do(c.Middleware()(h))
+		unavailable(t, w)
+		if h.calls.Load() != 0 {
+			t.Fatalf("%s, %d runs", w.Body, h.calls.Load())
+		}
+		if _, err := c.BeginFunc(ctx, Request{Operation: "o", Key: "k"}, func(context.Context, pgx.Tx) (Response, error) {
+			return Response{Status: 200}, nil
+		}); !connectionLost(err) {
+			t.Fatalf("BeginFunc: %v", err)
+		}
+	})
+	c := newClient(t, testPool)
+	for name, handler := range map[string]func(h *effectHandler) http.Handler{
+		"lost in the handler, which returns the error": func(h *effectHandler) http.Handler {
+			return HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				h.calls.Add(1)
+				ctx := r.Context()
+				if _, err := Tx(ctx).Exec(ctx, "INSERT INTO effects (note) VALUES ('lost')"); err != nil {
+					return err
+				}
+				if h.calls.Load() == 1 {
+					terminateOwnBackend(t, r)
+				}
+				if _, err := Tx(ctx).Exec(ctx, "SELECT 1"); err != nil {
+					return err
+				}
+				w.WriteHeader(201)
+				return nil
+			})
+		},
+		"lost before COMMIT, the handler unaware": func(h *effectHandler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if h.calls.Load() == 0 {
+					defer terminateOwnBackend(t, r)
+				}
+				h.ServeHTTP(w, r)
+			})
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reset(t)
+			h := &effectHandler{}
+			mw := c.Middleware()(handler(h))
+			w := post("k", `{}`).do(mw)
+			unavailable(t, w)
+			if effects(t)+records(t) != 0 {
+				t.Fatalf("%s, %d effects, %d records", w.Body, effects(t), records(t))
+			}
+			if w = post("k", `{}`).do(mw); w.Code != 201 || effects(t) != 1 || h.calls.Load() != 2 {
+				t.Fatalf("the retry: %d %s, %d effects, %d runs", w.Code, w.Body, effects(t), h.calls.Load())
+			}
+		})
+	}
+}
