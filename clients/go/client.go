@@ -200,8 +200,16 @@ func (c *Client) BeginFunc(ctx context.Context, req Request, fn func(ctx context
 // run is BeginFunc with the route's settings; check, when not nil, is the
 // caller's check of what it can send, before anything is completed
 func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(context.Context, pgx.Tx) (Response, error), check func(Response) error) (res Result, err error) {
-	tx, err := c.db.BeginTx(ctx, cfg.txOptions)
+	begin, cancel := ctx, context.CancelFunc(func() {})
+	if cfg.acquire > 0 {
+		begin, cancel = context.WithTimeout(ctx, cfg.acquire)
+	}
+	tx, err := c.db.BeginTx(begin, cfg.txOptions)
+	cancel()
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(begin.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: no connection within %v: %w", ErrUnavailable, cfg.acquire, err)
+		}
 		return res, err
 	}
 	done := false

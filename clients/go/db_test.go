@@ -152,6 +152,7 @@ func TestVersionCheck(t *testing.T) {
 		"a negative Retry-After":              WithRetryAfter(-1),
 		"no final errors function":            WithFinalErrors(nil),
 		"no error handler":                    WithErrorHandler(nil),
+		"a negative acquire timeout":          WithAcquireTimeout(-time.Second),
 	} {
 		if _, err := New(ctx, testPool, bad); err == nil {
 			t.Errorf("New accepted %s", name)

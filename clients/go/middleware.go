@@ -62,9 +62,11 @@ func (f HandlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Idempotent-Replayed: true; other outcomes and errors are answered from the
 // mapping as application/problem+json.
 //
-// The transaction and the handler run on context.WithoutCancel of the
+// The handler and the completion run on context.WithoutCancel of the
 // request's context: a client that disconnects never rolls back a request
-// about to commit, so its retry replays.
+// about to commit, so its retry replays. The wait for a connection
+// ([WithAcquireTimeout]) and the reservation end when the client goes away,
+// and a handler whose client has left is not started.
 //
 // Use it per route, where the router knows the route's pattern (chi's
 // r.With(mw), or wrapping the handler given to http.ServeMux.Handle), so
@@ -128,10 +130,17 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 		return cfg.errorResponse(err, r)
 	}
 
-	ctx := context.WithoutCancel(r.Context())
 	req := Request{Operation: cfg.operationOf(r), Scope: scope, Key: key, Document: doc}
 	var resolved Response // the answer to the error a HandlerFunc returned
-	res, err := c.run(ctx, cfg, req, func(ctx context.Context, tx pgx.Tx) (Response, error) {
+	// the wait for a connection and the reservation end when the client
+	// goes away; the handler, once started, runs on
+	res, err := c.run(r.Context(), cfg, req, func(ctx context.Context, tx pgx.Tx) (Response, error) {
+		if ctx.Err() != nil {
+			// the client left while the request waited: not started
+			resolved = cfg.problemResponse(CodeUnavailable, "")
+			return resolved, errClientGone
+		}
+		ctx = context.WithoutCancel(ctx)
 		hr := r.WithContext(context.WithValue(ctx, txKey{}, tx))
 		hr.Body = io.NopCloser(bytes.NewReader(body))
 		hr.ContentLength = int64(len(body))
@@ -166,6 +175,9 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 	}
 	return res.Response
 }
+
+// errClientGone: the client left before its handler started
+var errClientGone = errors.New("idempotency: the client went away before the handler started")
 
 // resolve is the answer to an error a HandlerFunc returned: the error
 // handler's, or the mapping's

@@ -31,6 +31,7 @@ type config struct {
 	methods       map[string]bool
 	logger        *slog.Logger
 	txOptions     pgx.TxOptions
+	acquire       time.Duration
 	errs          []error
 }
 
@@ -42,6 +43,7 @@ func defaultConfig() config {
 		mapping:       DefaultMapping(),
 		retryAfter:    1,
 		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		acquire:       DefaultAcquireTimeout,
 	}
 }
 
@@ -232,6 +234,23 @@ func WithMethods(methods ...string) Option {
 // default slog.Default()); the client is told only "internal-error".
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
+}
+
+// DefaultAcquireTimeout is how long a request waits for a connection from
+// the pool by default.
+const DefaultAcquireTimeout = 5 * time.Second
+
+// WithAcquireTimeout sets how long a request waits for a connection from the
+// pool, and to begin its transaction ([DefaultAcquireTimeout]; 0: no limit
+// but the context's). Past it the request is 503 unavailable with
+// Retry-After ([ErrUnavailable]), and nothing is reserved.
+func WithAcquireTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("idempotency: the acquire timeout must not be negative, not %v", d))
+		}
+		c.acquire = d
+	}
 }
 
 // WithTxOptions sets the options of the transaction (isolation level, ...).

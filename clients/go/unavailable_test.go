@@ -5,7 +5,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -119,4 +122,62 @@ func TestDatabaseGoingAway(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAcquireDeadline: a request waits for a connection at most the
+// acquire timeout (503 unavailable, nothing reserved), and a request whose
+// client left while it waited does not start its handler
+func TestAcquireDeadline(t *testing.T) {
+	ctx := context.Background()
+	one, err := openPool(ctx, testDB, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	c := newClient(t, one)
+	t.Run("past the acquire timeout", func(t *testing.T) {
+		reset(t)
+		held, err := one.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release()
+		h := &effectHandler{}
+		start := time.Now()
+		w := post("k", `{}`).do(c.Middleware(WithAcquireTimeout(300 * time.Millisecond))(h))
+		if took := time.Since(start); took < 300*time.Millisecond || took > 3*time.Second {
+			t.Fatalf("answered after %v", took)
+		}
+		if w.Code != 503 || w.Header().Get("Retry-After") != "1" || problemCode(t, w) != CodeUnavailable || h.calls.Load() != 0 || records(t) != 0 {
+			t.Fatalf("%d %v %s, %d runs", w.Code, w.Header(), w.Body, h.calls.Load())
+		}
+	})
+	t.Run("the client left while the request waited", func(t *testing.T) {
+		reset(t)
+		held, err := one.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &effectHandler{}
+		var inServer atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inServer.Add(1)
+			c.Middleware(WithAcquireTimeout(0))(h).ServeHTTP(w, r)
+		}))
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		r, _ := http.NewRequestWithContext(cctx, "POST", srv.URL+"/payments", strings.NewReader(`{}`))
+		r.Header.Set("Idempotency-Key", "k")
+		r.Header.Set("Authorization", "Bearer acct-a")
+		if resp, err := http.DefaultClient.Do(r); err == nil {
+			resp.Body.Close()
+			t.Fatal("the client was meant to give up")
+		}
+		time.Sleep(100 * time.Millisecond) // the server sees the client go
+		held.Release()
+		srv.Close() // waits for the request to end
+		if inServer.Load() != 1 || h.calls.Load() != 0 || effects(t)+records(t) != 0 {
+			t.Fatalf("%d requests, %d runs, %d effects, %d records", inServer.Load(), h.calls.Load(), effects(t), records(t))
+		}
+	})
 }
