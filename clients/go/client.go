@@ -29,10 +29,11 @@ type DB interface {
 // Client runs requests idempotently on a pool. It is safe for concurrent
 // use.
 type Client struct {
-	db          DB
-	cfg         config
-	reserveSQL  string
-	completeSQL string
+	db           DB
+	cfg          config
+	reserveSQL   string
+	completeSQL  string
+	timeLimitSQL string
 }
 
 // VersionError is returned by [New] when the extension is missing from the
@@ -79,6 +80,8 @@ func New(ctx context.Context, db DB, opts ...Option) (*Client, error) {
 		reserveSQL: "SELECT outcome, response_status, response FROM " + s +
 			".idem_reserve($1::text, $2::text, $3::jsonb, scope => $4::text, ttl => $5::interval)",
 		completeSQL: "SELECT " + s + ".idem_complete($1::text, $2::text, $3::jsonb, $4::integer, scope => $5::text)",
+		timeLimitSQL: "SELECT pg_catalog.set_config('statement_timeout', $1::text, true), " +
+			"pg_catalog.set_config('idle_in_transaction_session_timeout', $1::text, true)",
 	}, nil
 }
 
@@ -226,6 +229,16 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 		}
 	}()
 
+	start := time.Now()
+	if cfg.timeLimit > 0 {
+		// the server ends a statement, or the session idle in the
+		// transaction, past the limit: a hung handler cannot hold the key
+		ms := strconv.FormatInt(max(cfg.timeLimit.Milliseconds(), 1), 10)
+		if _, err = tx.Exec(ctx, c.timeLimitSQL, ms); err != nil {
+			return res, err
+		}
+	}
+
 	ttl := req.TTL
 	if ttl == 0 {
 		ttl = cfg.ttl
@@ -264,8 +277,17 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 		return res, fmt.Errorf("idempotency: idem_reserve answered an unknown outcome %q", outcome)
 	}
 
+	fnCtx := ctx
+	if cfg.timeLimit > 0 {
+		var cancel context.CancelFunc
+		fnCtx, cancel = context.WithDeadline(ctx, start.Add(cfg.timeLimit))
+		defer cancel()
+	}
 	var raised error
-	res.Response, raised = fn(ctx, tx)
+	res.Response, raised = fn(fnCtx, tx)
+	if cfg.timeLimit > 0 && time.Since(start) > cfg.timeLimit {
+		return res, fmt.Errorf("%w: the request ran past its time limit of %v", ErrUnavailable, cfg.timeLimit)
+	}
 	// from here on, the error returned is fn's own (raised) unless the
 	// completion fails
 	res.raised = raised != nil

@@ -153,6 +153,7 @@ func TestVersionCheck(t *testing.T) {
 		"no final errors function":            WithFinalErrors(nil),
 		"no error handler":                    WithErrorHandler(nil),
 		"a negative acquire timeout":          WithAcquireTimeout(-time.Second),
+		"a negative time limit":               WithTimeLimit(-time.Second),
 	} {
 		if _, err := New(ctx, testPool, bad); err == nil {
 			t.Errorf("New accepted %s", name)

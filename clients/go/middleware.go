@@ -140,7 +140,14 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 			resolved = cfg.problemResponse(CodeUnavailable, "")
 			return resolved, errClientGone
 		}
+		deadline, limited := ctx.Deadline()
 		ctx = context.WithoutCancel(ctx)
+		if limited && cfg.timeLimit > 0 {
+			// the time limit's deadline, not the client's cancellation
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
 		hr := r.WithContext(context.WithValue(ctx, txKey{}, tx))
 		hr.Body = io.NopCloser(bytes.NewReader(body))
 		hr.ContentLength = int64(len(body))

@@ -32,6 +32,7 @@ type config struct {
 	logger        *slog.Logger
 	txOptions     pgx.TxOptions
 	acquire       time.Duration
+	timeLimit     time.Duration
 	errs          []error
 }
 
@@ -250,6 +251,24 @@ func WithAcquireTimeout(d time.Duration) Option {
 			c.errs = append(c.errs, fmt.Errorf("idempotency: the acquire timeout must not be negative, not %v", d))
 		}
 		c.acquire = d
+	}
+}
+
+// WithTimeLimit bounds the key's transaction, the handler included (0, the
+// default: no limit). The server ends a statement that runs, or the
+// session idle in the transaction, past it (statement_timeout and
+// idle_in_transaction_session_timeout, set for the transaction only), which
+// frees the key; the handler's context has the deadline; and a handler
+// that returns past it is rolled back and answered 503 unavailable with
+// Retry-After ([ErrUnavailable]). Keep it below the server's
+// idempotency.processing_timeout, so that a hung handler never holds a key
+// long enough to make it stuck.
+func WithTimeLimit(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("idempotency: the time limit must not be negative, not %v", d))
+		}
+		c.timeLimit = d
 	}
 }
 

@@ -181,3 +181,59 @@ func TestAcquireDeadline(t *testing.T) {
 		}
 	})
 }
+
+// TestTimeLimit: past WithTimeLimit the key's transaction is rolled back
+// and the key freed while the handler still hangs; the hung request is
+// answered 503 unavailable
+func TestTimeLimit(t *testing.T) {
+	c := newClient(t, testPool, WithTimeLimit(400*time.Millisecond))
+	for name, hang := range map[string]func(r *http.Request) error{
+		"a handler that hangs in Go, idle in the transaction": func(r *http.Request) error {
+			time.Sleep(1500 * time.Millisecond)
+			return nil
+		},
+		"a handler that hangs in SQL": func(r *http.Request) error {
+			_, err := Tx(r.Context()).Exec(context.Background(), "SELECT pg_sleep(3)")
+			return err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reset(t)
+			var calls atomic.Int32
+			mw := c.Middleware()(HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				ctx := r.Context()
+				if _, err := Tx(ctx).Exec(ctx, "INSERT INTO effects (note) VALUES ('slow')"); err != nil {
+					return err
+				}
+				if calls.Add(1) == 1 {
+					if err := hang(r); err != nil {
+						return err
+					}
+				}
+				w.WriteHeader(201)
+				return nil
+			}))
+			hung := make(chan *httptest.ResponseRecorder, 1)
+			start := time.Now()
+			go func() { hung <- post("k", `{}`).do(mw) }()
+			// the key is free again well before the hung handler returns
+			time.Sleep(900 * time.Millisecond)
+			if w := post("k", `{}`).do(mw); w.Code != 201 {
+				t.Fatalf("the retry while the first hangs: %d %s", w.Code, w.Body)
+			}
+			w := <-hung
+			if w.Code != 503 || w.Header().Get("Retry-After") != "1" || problemCode(t, w) != CodeUnavailable {
+				t.Fatalf("the hung request: %d %v %s after %v", w.Code, w.Header(), w.Body, time.Since(start))
+			}
+			if n := effects(t); n != 1 || calls.Load() != 2 {
+				t.Fatalf("%d effects, %d runs; want 1 and 2", n, calls.Load())
+			}
+		})
+	}
+	t.Run("a handler within the limit commits", func(t *testing.T) {
+		reset(t)
+		if w := post("k", `{}`).do(c.Middleware()(&effectHandler{sleep: 100 * time.Millisecond})); w.Code != 201 || effects(t) != 1 {
+			t.Fatalf("%d %s", w.Code, w.Body)
+		}
+	})
+}
