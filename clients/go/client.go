@@ -306,6 +306,10 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 	if cfg.retryable(res.Response.Status) {
 		return res, raised
 	}
+	if cfg.responseLimit > 0 && len(res.Response.Body) > cfg.responseLimit {
+		res.raised = false
+		return res, &CompletionError{Reason: fmt.Sprintf("the body of %d bytes is over the stored-response limit of %d", len(res.Response.Body), cfg.responseLimit)}
+	}
 	// From here on nobody may cancel: the effect is about to commit
 	ctx = context.WithoutCancel(ctx)
 	envelope, err := EncodeEnvelope(res.Response, cfg.replayHeaders)

@@ -154,6 +154,8 @@ func TestVersionCheck(t *testing.T) {
 		"no error handler":                    WithErrorHandler(nil),
 		"a negative acquire timeout":          WithAcquireTimeout(-time.Second),
 		"a negative time limit":               WithTimeLimit(-time.Second),
+		"a negative body limit":               WithBodyLimit(-1),
+		"a negative response limit":           WithResponseLimit(-1),
 	} {
 		if _, err := New(ctx, testPool, bad); err == nil {
 			t.Errorf("New accepted %s", name)

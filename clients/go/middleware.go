@@ -113,8 +113,18 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 	}
 	var body []byte
 	if r.Body != nil {
-		body, err = io.ReadAll(r.Body)
+		if cfg.bodyLimit > 0 && r.ContentLength > cfg.bodyLimit {
+			return cfg.problemResponse(CodePayloadTooLarge, "")
+		}
+		reader := io.Reader(r.Body)
+		if cfg.bodyLimit > 0 {
+			reader = io.LimitReader(r.Body, cfg.bodyLimit+1)
+		}
+		body, err = io.ReadAll(reader)
 		r.Body.Close()
+		if err == nil && cfg.bodyLimit > 0 && int64(len(body)) > cfg.bodyLimit {
+			return cfg.problemResponse(CodePayloadTooLarge, "")
+		}
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {

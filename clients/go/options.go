@@ -33,6 +33,8 @@ type config struct {
 	txOptions     pgx.TxOptions
 	acquire       time.Duration
 	timeLimit     time.Duration
+	bodyLimit     int64
+	responseLimit int
 	errs          []error
 }
 
@@ -45,6 +47,8 @@ func defaultConfig() config {
 		retryAfter:    1,
 		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		acquire:       DefaultAcquireTimeout,
+		bodyLimit:     DefaultBodyLimit,
+		responseLimit: DefaultResponseLimit,
 	}
 }
 
@@ -269,6 +273,39 @@ func WithTimeLimit(d time.Duration) Option {
 			c.errs = append(c.errs, fmt.Errorf("idempotency: the time limit must not be negative, not %v", d))
 		}
 		c.timeLimit = d
+	}
+}
+
+// DefaultBodyLimit and DefaultResponseLimit are the default limits of a
+// request body read by the middleware and of a stored response body: 1 MiB.
+const (
+	DefaultBodyLimit     = 1 << 20
+	DefaultResponseLimit = 1 << 20
+)
+
+// WithBodyLimit sets the most bytes of a request body the middleware reads
+// ([DefaultBodyLimit]; 0: no limit). A longer body is 413
+// payload-too-large before anything is reserved, by its Content-Length
+// or once the limit is read.
+func WithBodyLimit(bytes int64) Option {
+	return func(c *config) {
+		if bytes < 0 {
+			c.errs = append(c.errs, fmt.Errorf("idempotency: the body limit must not be negative, not %d", bytes))
+		}
+		c.bodyLimit = bytes
+	}
+}
+
+// WithResponseLimit sets the most bytes of a response body that is stored
+// ([DefaultResponseLimit]; 0: no limit). A longer body that would be
+// completed is a *[CompletionError] instead: rolled back, 500
+// internal-error, and the retry runs again.
+func WithResponseLimit(bytes int) Option {
+	return func(c *config) {
+		if bytes < 0 {
+			c.errs = append(c.errs, fmt.Errorf("idempotency: the response limit must not be negative, not %d", bytes))
+		}
+		c.responseLimit = bytes
 	}
 }
 
