@@ -128,9 +128,11 @@ var (
 	ErrMismatch = errors.New("idempotency: the key was used with another request")
 	// ErrStuck: a request with this key never finished (409 stuck).
 	ErrStuck = errors.New("idempotency: a request with this key is stuck")
-	// ErrUnavailable wraps an error of a connection lost under the
-	// transaction (503 unavailable): rolled back, or, lost during COMMIT,
-	// committed or not, which the retry finds out.
+	// ErrUnavailable wraps the error of a database that cannot be used
+	// now (503 unavailable): no pooled connection within
+	// [WithAcquireTimeout], the request past [WithTimeLimit], or the
+	// connection lost under the transaction. It was rolled back; lost
+	// during COMMIT it is committed or not, which the retry finds out.
 	ErrUnavailable = errors.New("idempotency: the database connection was lost")
 )
 
