@@ -181,7 +181,11 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 		return resolved, raised
 	}, checkSendable)
 	if res.raised && (err != nil || res.Committed) {
-		// completed when final, rolled back otherwise: answered as resolved
+		// completed when final, rolled back otherwise: answered as
+		// resolved, if it can be sent as it is
+		if err := checkSendable(resolved); err != nil {
+			return cfg.errorResponse(err, r)
+		}
 		return resolved
 	}
 	if err != nil {

@@ -171,3 +171,20 @@ func TestOnlyWhatCanBeSentThroughAServer(t *testing.T) {
 		}
 	})
 }
+
+// TestUnsendableErrorAnswer: the answer an error handler writes for a
+// raised error that rolls back is checked too: 500 internal-error, never
+// rewritten by net/http
+func TestUnsendableErrorAnswer(t *testing.T) {
+	reset(t)
+	h := &raising{}
+	mw := newClient(t, testPool).Middleware(WithErrorHandler(func(w http.ResponseWriter, r *http.Request, err error) bool {
+		w.Header().Set("Location", "/declined\r\nSet-Cookie: a=b")
+		w.WriteHeader(402)
+		return true
+	}))(HandlerFunc(h.serve))
+	w := post("k", `{}`).do(mw)
+	if w.Code != 500 || problemCode(t, w) != CodeInternalError || w.Header().Get("Location") != "" || effects(t)+records(t) != 0 {
+		t.Fatalf("%d %v %s", w.Code, w.Header(), w.Body)
+	}
+}
