@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Version is this package's version.
@@ -28,10 +29,11 @@ type DB interface {
 // Client runs requests idempotently on a pool. It is safe for concurrent
 // use.
 type Client struct {
-	db          DB
-	cfg         config
-	reserveSQL  string
-	completeSQL string
+	db           DB
+	cfg          config
+	reserveSQL   string
+	completeSQL  string
+	timeLimitSQL string
 }
 
 // VersionError is returned by [New] when the extension is missing from the
@@ -78,6 +80,8 @@ func New(ctx context.Context, db DB, opts ...Option) (*Client, error) {
 		reserveSQL: "SELECT outcome, response_status, response FROM " + s +
 			".idem_reserve($1::text, $2::text, $3::jsonb, scope => $4::text, ttl => $5::interval)",
 		completeSQL: "SELECT " + s + ".idem_complete($1::text, $2::text, $3::jsonb, $4::integer, scope => $5::text)",
+		timeLimitSQL: "SELECT pg_catalog.set_config('statement_timeout', $1::text, true), " +
+			"pg_catalog.set_config('idle_in_transaction_session_timeout', $1::text, true)",
 	}, nil
 }
 
@@ -124,6 +128,12 @@ var (
 	ErrMismatch = errors.New("idempotency: the key was used with another request")
 	// ErrStuck: a request with this key never finished (409 stuck).
 	ErrStuck = errors.New("idempotency: a request with this key is stuck")
+	// ErrUnavailable wraps the error of a database that cannot be used
+	// now (503 unavailable): no pooled connection within
+	// [WithAcquireTimeout], the request past [WithTimeLimit], or the
+	// connection lost under the transaction. It was rolled back; lost
+	// during COMMIT it is committed or not, which the retry finds out.
+	ErrUnavailable = errors.New("idempotency: the database connection was lost")
 )
 
 // Request identifies one idempotent call.
@@ -152,20 +162,28 @@ type Result struct {
 	// Committed says that the response was completed and committed; false
 	// for a retryable status, which was rolled back.
 	Committed bool
+	// raised says that the error returned with the result is fn's own
+	raised bool
 }
 
-// BeginFunc runs fn idempotently, in the style of pgx.BeginFunc: it begins a
+// BeginFunc runs fn idempotently, in the style of pgx.BeginFunc. It is the
+// package's one core runner: [Client.Middleware] is a caller of it. It begins a
 // transaction on the client's pool, calls idem_reserve and, on "new", calls
 // fn with the transaction. When fn returns a response whose status is not
 // retryable ([WithRetryable]) the response is stored with idem_complete (in
 // the envelope of [EncodeEnvelope]) and the transaction committed; when fn
 // returns an error or a retryable status, or panics, the transaction is
-// rolled back, so the effect and the record vanish together and a retry is
-// new again.
+// rolled back (a panic goes on after the rollback), so the effect and the
+// record vanish together and a retry is new again. An error that
+// [WithFinalErrors] marks final, returned with a response, is completed
+// with that response like a returned one (unless fn's own SQL failed in the
+// transaction, which then cannot commit) and returned too, with
+// Result.Committed true.
 //
 // On "replay" fn is not called and Result.Response is the stored response.
 // "in_progress", "mismatch" and "stuck" return [ErrInProgress],
-// [ErrMismatch] and [ErrStuck]; database errors are returned as they are
+// [ErrMismatch] and [ErrStuck]; a response that cannot be stored is a
+// *[CompletionError]; database errors are returned as they are
 // (*pgconn.PgError). opts override the client's settings for this call.
 //
 // Once fn has returned, the completion and the COMMIT run on
@@ -181,22 +199,47 @@ func (c *Client) BeginFunc(ctx context.Context, req Request, fn func(ctx context
 			return Result{}, cfg.errs[0]
 		}
 	}
-	return c.run(ctx, &cfg, req, fn)
+	return c.run(ctx, &cfg, req, fn, nil)
 }
 
-// run is BeginFunc with the route's settings
-func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(context.Context, pgx.Tx) (Response, error)) (res Result, err error) {
-	tx, err := c.db.BeginTx(ctx, cfg.txOptions)
+// run is BeginFunc with the route's settings; check, when not nil, is the
+// caller's check of what it can send, before anything is completed
+func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(context.Context, pgx.Tx) (Response, error), check func(Response) error) (res Result, err error) {
+	begin, cancel := ctx, context.CancelFunc(func() {})
+	if cfg.acquire > 0 {
+		begin, cancel = context.WithTimeout(ctx, cfg.acquire)
+	}
+	tx, err := c.db.BeginTx(begin, cfg.txOptions)
+	cancel()
 	if err != nil {
+		if ctx.Err() == nil && errors.Is(begin.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w: no connection within %v: %w", ErrUnavailable, cfg.acquire, err)
+		}
 		return res, err
 	}
 	done := false
 	defer func() {
+		// (read before the connection goes back to the pool: after a
+		// COMMIT it is no longer ours)
+		if !done && err != nil && !res.raised && tx.Conn().IsClosed() {
+			// the connection was lost under the transaction
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		if !done {
 			// an error, a panic or a retryable status: nothing is kept
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
+
+	start := time.Now()
+	if cfg.timeLimit > 0 {
+		// the server ends a statement, or the session idle in the
+		// transaction, past the limit: a hung handler cannot hold the key
+		ms := strconv.FormatInt(max(cfg.timeLimit.Milliseconds(), 1), 10)
+		if _, err = tx.Exec(ctx, c.timeLimitSQL, ms); err != nil {
+			return res, err
+		}
+	}
 
 	ttl := req.TTL
 	if ttl == 0 {
@@ -224,7 +267,7 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 		if status != nil {
 			code = int(*status)
 		}
-		res.Response, err = DecodeEnvelope(code, stored)
+		res.Response, err = DecodeEnvelope(code, stored, cfg.replayHeaders)
 		return res, err
 	case OutcomeInProgress:
 		return res, ErrInProgress
@@ -236,26 +279,58 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 		return res, fmt.Errorf("idempotency: idem_reserve answered an unknown outcome %q", outcome)
 	}
 
-	res.Response, err = fn(ctx, tx)
-	if err != nil {
-		return res, err
+	fnCtx := ctx
+	if cfg.timeLimit > 0 {
+		var cancel context.CancelFunc
+		fnCtx, cancel = context.WithDeadline(ctx, start.Add(cfg.timeLimit))
+		defer cancel()
+	}
+	var raised error
+	res.Response, raised = fn(fnCtx, tx)
+	if cfg.timeLimit > 0 && time.Since(start) > cfg.timeLimit {
+		return res, fmt.Errorf("%w: the request ran past its time limit of %v", ErrUnavailable, cfg.timeLimit)
+	}
+	// from here on, the error returned is fn's own (raised) unless the
+	// completion fails
+	res.raised = raised != nil
+	if raised != nil && (cfg.final == nil || res.Response.Status == 0 || !cfg.final(raised) ||
+		tx.Conn().PgConn().TxStatus() == 'E') {
+		// a raised error, or a final one whose transaction failed (its
+		// own SQL raised): it cannot commit
+		return res, raised
+	}
+	if check != nil {
+		if err = check(res.Response); err != nil {
+			res.raised = false
+			return res, err
+		}
 	}
 	if cfg.retryable(res.Response.Status) {
-		return res, nil
+		return res, raised
+	}
+	if cfg.responseLimit > 0 && len(res.Response.Body) > cfg.responseLimit {
+		res.raised = false
+		return res, &CompletionError{Reason: fmt.Sprintf("the body of %d bytes is over the stored-response limit of %d", len(res.Response.Body), cfg.responseLimit)}
 	}
 	// From here on nobody may cancel: the effect is about to commit
 	ctx = context.WithoutCancel(ctx)
 	envelope, err := EncodeEnvelope(res.Response, cfg.replayHeaders)
+	if err == nil {
+		_, err = tx.Exec(ctx, c.completeSQL, req.Operation, req.Key, string(envelope), res.Response.Status, req.Scope)
+		err = storeError(err)
+	}
+	if err == nil {
+		done = true
+		var pgErr *pgconn.PgError
+		if err = tx.Commit(ctx); err != nil && !errors.As(err, &pgErr) && !errors.Is(err, pgx.ErrTxCommitRollback) {
+			// lost during COMMIT: committed or not, the retry finds out
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
 	if err != nil {
-		return res, err
-	}
-	if _, err = tx.Exec(ctx, c.completeSQL, req.Operation, req.Key, string(envelope), res.Response.Status, req.Scope); err != nil {
-		return res, err
-	}
-	done = true
-	if err = tx.Commit(ctx); err != nil {
+		res.raised = false
 		return res, err
 	}
 	res.Committed = true
-	return res, nil
+	return res, raised
 }

@@ -150,6 +150,12 @@ func TestVersionCheck(t *testing.T) {
 		"an empty operation":                  WithOperation(""),
 		"a status that is not HTTP":           WithProblem(CodeRetry, Problem{Status: 99}),
 		"a negative Retry-After":              WithRetryAfter(-1),
+		"no final errors function":            WithFinalErrors(nil),
+		"no error handler":                    WithErrorHandler(nil),
+		"a negative acquire timeout":          WithAcquireTimeout(-time.Second),
+		"a negative time limit":               WithTimeLimit(-time.Second),
+		"a negative body limit":               WithBodyLimit(-1),
+		"a negative response limit":           WithResponseLimit(-1),
 	} {
 		if _, err := New(ctx, testPool, bad); err == nil {
 			t.Errorf("New accepted %s", name)

@@ -16,8 +16,9 @@
 //     disconnect cannot cancel, buffers its response and sends it only after
 //     COMMIT. Outcomes and errors are answered as application/problem+json
 //     from a [Mapping] the application can change.
-//   - [Client.BeginFunc] is the same transaction runner without HTTP, in the
-//     style of pgx.BeginFunc.
+//   - [Client.BeginFunc] is the one core runner, without HTTP, in the style
+//     of pgx.BeginFunc: the only code that reserves, runs, completes or
+//     rolls back, and commits. The middleware is a caller of it.
 //
 // The behaviour (key syntax, fingerprint document, response envelope, the
 // mapping) is the one every client of the extension shares, described in

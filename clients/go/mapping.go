@@ -24,6 +24,10 @@ const (
 	CodeRetry               = "retry"
 	CodeUnsupportedEnvelope = "unsupported-envelope"
 	CodeInternalError       = "internal-error"
+	// CodeUnavailable answers a database that cannot be reached or a
+	// connection lost before COMMIT: nothing was kept (or, lost during
+	// COMMIT, the retry replays).
+	CodeUnavailable = "unavailable"
 	// CodePayloadTooLarge answers a body over the limit of an
 	// http.MaxBytesReader installed before the middleware.
 	CodePayloadTooLarge = "payload-too-large"
@@ -67,9 +71,10 @@ func DefaultMapping() Mapping {
 			CodeMismatch:            {422, "Idempotency-Key reused", "This Idempotency-Key was already used with a different request.", false},
 			CodeReadOnly:            {503, "Database read-only", "The database is read-only at the moment; retry later.", true},
 			CodeRetry:               {503, "Conflict with a concurrent request", "The request conflicted with a concurrent one and was rolled back; retry it.", true},
-			CodeUnsupportedEnvelope: {500, "Unsupported response envelope", "The stored response was written by a newer version of the library.", false},
+			CodeUnsupportedEnvelope: {500, "Unsupported response envelope", "The stored response cannot be read by this version of the library.", false},
 			CodeInternalError:       {500, "Internal error", "The request could not be processed.", false},
 			CodePayloadTooLarge:     {413, "Request too large", "The request body is too large.", false},
+			CodeUnavailable:         {503, "Database unavailable", "The database cannot be reached at the moment; retry later.", true},
 		},
 		SQLStates: map[string]string{
 			"22023": CodeInvalidRequest,
@@ -86,6 +91,17 @@ func DefaultMapping() Mapping {
 			"25006": CodeReadOnly,
 			"40001": CodeRetry,
 			"40P01": CodeRetry,
+			// the server going away: connection exceptions, shutdown,
+			// starting up (a connection that cannot be made or that is
+			// lost without a SQLSTATE is unavailable too)
+			"08000": CodeUnavailable,
+			"08001": CodeUnavailable,
+			"08003": CodeUnavailable,
+			"08004": CodeUnavailable,
+			"08006": CodeUnavailable,
+			"57P01": CodeUnavailable,
+			"57P02": CodeUnavailable,
+			"57P03": CodeUnavailable,
 		},
 	}
 }

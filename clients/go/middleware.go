@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -27,9 +26,12 @@ func Tx(ctx context.Context) pgx.Tx {
 }
 
 // HandlerFunc is an HTTP handler that can fail: given to [Client.Middleware]
-// directly, a non-nil error rolls the transaction back and is answered from
-// the mapping (a *pgconn.PgError by its SQLSTATE: 40001 is 503 retry, ...;
-// anything else 500 internal-error, logged), whatever the handler wrote.
+// directly, a non-nil error is the raised error of doc/clients.md. It rolls
+// the transaction back, whatever the handler wrote, and is answered by
+// [WithErrorHandler], or else from the mapping (a *pgconn.PgError by its
+// SQLSTATE: 40001 is 503 retry, ...; anything else 500 internal-error,
+// logged). An error [WithFinalErrors] marks final is completed with that
+// answer instead.
 type HandlerFunc func(w http.ResponseWriter, r *http.Request) error
 
 // ServeHTTP calls f; outside the middleware an error is answered from the
@@ -51,14 +53,20 @@ func (f HandlerFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // request's context carrying the transaction ([Tx]) and a ResponseWriter
 // that buffers the status, headers and body. A response with a status that
 // is not retryable is completed and committed, and only then sent; a
-// retryable status, a panic or a [HandlerFunc]'s error rolls back. A replay
+// retryable status or a [HandlerFunc]'s error (unless final) rolls back. A
+// panic rolls back and goes on, unrecovered, to net/http (which closes the
+// connection) or the application's recoverer, which answers it. A response
+// that cannot be written as it is or stored ([CompletionError]) rolls back
+// and is answered 500 internal-error. A replay
 // answers the stored status, allow-listed headers and body with
 // Idempotent-Replayed: true; other outcomes and errors are answered from the
 // mapping as application/problem+json.
 //
-// The transaction and the handler run on context.WithoutCancel of the
+// The handler and the completion run on context.WithoutCancel of the
 // request's context: a client that disconnects never rolls back a request
-// about to commit, so its retry replays.
+// about to commit, so its retry replays. The wait for a connection
+// ([WithAcquireTimeout]) and the reservation end when the client goes away,
+// and a handler whose client has left is not started.
 //
 // Use it per route, where the router knows the route's pattern (chi's
 // r.With(mw), or wrapping the handler given to http.ServeMux.Handle), so
@@ -100,13 +108,23 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 		return cfg.problemResponse(CodeInvalidKey, err.(*KeyError).Detail)
 	}
 	scope, ok := cfg.scope(r)
-	if !ok {
+	if !ok || scope == "" {
 		return cfg.problemResponse(CodeUnauthenticated, "")
 	}
 	var body []byte
 	if r.Body != nil {
-		body, err = io.ReadAll(r.Body)
+		if cfg.bodyLimit > 0 && r.ContentLength > cfg.bodyLimit {
+			return cfg.problemResponse(CodePayloadTooLarge, "")
+		}
+		reader := io.Reader(r.Body)
+		if cfg.bodyLimit > 0 {
+			reader = io.LimitReader(r.Body, cfg.bodyLimit+1)
+		}
+		body, err = io.ReadAll(reader)
 		r.Body.Close()
+		if err == nil && cfg.bodyLimit > 0 && int64(len(body)) > cfg.bodyLimit {
+			return cfg.problemResponse(CodePayloadTooLarge, "")
+		}
 		if err != nil {
 			var tooLarge *http.MaxBytesError
 			if errors.As(err, &tooLarge) {
@@ -122,30 +140,76 @@ func (c *Client) serve(cfg *config, next http.Handler, w http.ResponseWriter, r 
 		return cfg.errorResponse(err, r)
 	}
 
-	ctx := context.WithoutCancel(r.Context())
 	req := Request{Operation: cfg.operationOf(r), Scope: scope, Key: key, Document: doc}
-	res, err := c.run(ctx, cfg, req, func(ctx context.Context, tx pgx.Tx) (Response, error) {
+	var resolved Response // the answer to the error a HandlerFunc returned
+	// the wait for a connection and the reservation end when the client
+	// goes away; the handler, once started, runs on
+	res, err := c.run(r.Context(), cfg, req, func(ctx context.Context, tx pgx.Tx) (Response, error) {
+		if ctx.Err() != nil {
+			// the client left while the request waited: not started
+			resolved = cfg.problemResponse(CodeUnavailable, "")
+			return resolved, errClientGone
+		}
+		deadline, limited := ctx.Deadline()
+		ctx = context.WithoutCancel(ctx)
+		if limited && cfg.timeLimit > 0 {
+			// the time limit's deadline, not the client's cancellation
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
 		hr := r.WithContext(context.WithValue(ctx, txKey{}, tx))
 		hr.Body = io.NopCloser(bytes.NewReader(body))
 		hr.ContentLength = int64(len(body))
 		hr.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		cw := &captureWriter{header: http.Header{}}
-		if err := callHandler(next, cw, hr); err != nil {
-			return Response{}, err
+		// a panic is not recovered: it rolls back (run's deferred
+		// ROLLBACK) and goes on to net/http or the application's recoverer
+		f, ok := next.(HandlerFunc)
+		if !ok {
+			next.ServeHTTP(cw, hr)
+			return cw.response(), nil
 		}
-		return cw.response(), nil
-	})
+		raised := f(cw, hr)
+		if raised == nil {
+			return cw.response(), nil
+		}
+		if tx.Conn().IsClosed() {
+			raised = fmt.Errorf("%w: %w", ErrUnavailable, raised)
+		}
+		resolved = cfg.resolve(raised, hr)
+		return resolved, raised
+	}, checkSendable)
+	if res.raised && (err != nil || res.Committed) {
+		// completed when final, rolled back otherwise: answered as
+		// resolved, if it can be sent as it is
+		if err := checkSendable(resolved); err != nil {
+			return cfg.errorResponse(err, r)
+		}
+		return resolved
+	}
 	if err != nil {
-		var hp *handlerPanic
-		if errors.As(err, &hp) && hp.value == http.ErrAbortHandler {
-			panic(hp.value) // rolled back; net/http aborts the response
-		}
 		return cfg.errorResponse(err, r)
 	}
 	if res.Outcome == OutcomeReplay {
 		res.Response.Header.Set("Idempotent-Replayed", "true")
 	}
 	return res.Response
+}
+
+// errClientGone: the client left before its handler started
+var errClientGone = errors.New("idempotency: the client went away before the handler started")
+
+// resolve is the answer to an error a HandlerFunc returned: the error
+// handler's, or the mapping's
+func (cfg *config) resolve(err error, r *http.Request) Response {
+	if cfg.errorHandler != nil {
+		ew := &captureWriter{header: http.Header{}}
+		if cfg.errorHandler(ew, r, err) {
+			return ew.response()
+		}
+	}
+	return cfg.errorResponse(err, r)
 }
 
 // operationOf is the route's operation: the configured one, or METHOD and
@@ -183,36 +247,6 @@ func requestPath(r *http.Request) string {
 	return r.URL.EscapedPath()
 }
 
-// handlerPanic is a panic of the handler, as an error that rolls back
-type handlerPanic struct {
-	value any
-	stack []byte
-}
-
-func (p *handlerPanic) Error() string {
-	return fmt.Sprintf("idempotency: the handler panicked: %v\n%s", p.value, p.stack)
-}
-
-// Unwrap lets a panic with an error (a *pgconn.PgError) be mapped by it
-func (p *handlerPanic) Unwrap() error {
-	err, _ := p.value.(error)
-	return err
-}
-
-// callHandler runs the handler; a panic or a HandlerFunc's error is returned
-func callHandler(next http.Handler, w http.ResponseWriter, r *http.Request) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &handlerPanic{value: v, stack: debug.Stack()}
-		}
-	}()
-	if f, ok := next.(HandlerFunc); ok {
-		return f(w, r)
-	}
-	next.ServeHTTP(w, r)
-	return nil
-}
-
 // errorResponse maps an error to its problem: the outcomes' errors, a
 // SQLSTATE of the mapping (22023 with the extension's message), or
 // internal-error, logged
@@ -227,6 +261,12 @@ func (cfg *config) errorResponse(err error, r *http.Request) Response {
 	case errors.Is(err, ErrUnsupportedEnvelope):
 		return cfg.problemResponse(CodeUnsupportedEnvelope, "")
 	}
+	var unsendable *CompletionError
+	if errors.As(err, &unsendable) {
+		// rolled back: never mapped by the SQLSTATE of the server's error
+		cfg.logger.Error("idempotency: the response cannot be sent or stored; rolled back", "method", r.Method, "path", r.URL.Path, "error", err)
+		return cfg.problemResponse(CodeInternalError, "")
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		if code, ok := cfg.mapping.SQLStates[pgErr.Code]; ok {
@@ -237,8 +277,20 @@ func (cfg *config) errorResponse(err error, r *http.Request) Response {
 			return cfg.problemResponse(code, detail)
 		}
 	}
+	if connectionLost(err) {
+		cfg.logger.Warn("idempotency: the database cannot be reached; rolled back", "method", r.Method, "path", r.URL.Path, "error", err)
+		return cfg.problemResponse(CodeUnavailable, "")
+	}
 	cfg.logger.Error("idempotency: request failed and was rolled back", "method", r.Method, "path", r.URL.Path, "error", err)
 	return cfg.problemResponse(CodeInternalError, "")
+}
+
+// connectionLost reports whether err is the database going away without a
+// SQLSTATE: a connection the pool cannot make, or one closed under the
+// transaction (ErrUnavailable)
+func connectionLost(err error) bool {
+	var connect *pgconn.ConnectError
+	return errors.As(err, &connect) || errors.Is(err, ErrUnavailable)
 }
 
 // send writes a buffered answer to the client; a zero Response was written

@@ -24,11 +24,17 @@ type config struct {
 	keyOptional   bool
 	replayHeaders map[string]bool
 	retryable     func(int) bool
+	final         func(error) bool
+	errorHandler  func(http.ResponseWriter, *http.Request, error) bool
 	mapping       Mapping
 	retryAfter    int
 	methods       map[string]bool
 	logger        *slog.Logger
 	txOptions     pgx.TxOptions
+	acquire       time.Duration
+	timeLimit     time.Duration
+	bodyLimit     int64
+	responseLimit int
 	errs          []error
 }
 
@@ -40,6 +46,9 @@ func defaultConfig() config {
 		mapping:       DefaultMapping(),
 		retryAfter:    1,
 		methods:       map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		acquire:       DefaultAcquireTimeout,
+		bodyLimit:     DefaultBodyLimit,
+		responseLimit: DefaultResponseLimit,
 	}
 }
 
@@ -151,6 +160,41 @@ func WithRetryable(retryable func(status int) bool) Option {
 	}
 }
 
+// WithFinalErrors sets which raised errors are final answers: an error a
+// [HandlerFunc] returns (or a [Client.BeginFunc] function returns with a
+// response) for which final reports true is completed with the response
+// it resolves to ([WithErrorHandler], or the mapping) and committed, as if
+// the handler had returned that response, and its retry replays it. By
+// default no error is final: a raised error rolls back whatever status it
+// resolves to, and the retry runs again. A panic is never final.
+//
+//	idempotency.WithFinalErrors(func(err error) bool { return errors.Is(err, ErrCardDeclined) })
+func WithFinalErrors(final func(err error) bool) Option {
+	return func(c *config) {
+		if final == nil {
+			c.errs = append(c.errs, errors.New("idempotency: WithFinalErrors needs a function"))
+			return
+		}
+		c.final = final
+	}
+}
+
+// WithErrorHandler sets how an error a [HandlerFunc] returns is answered:
+// handle writes the answer to w (a status, headers and a body, as a handler
+// does) and reports true, or reports false, writing nothing, to leave the
+// error to the mapping (a *pgconn.PgError by its SQLSTATE, anything else
+// 500 internal-error, logged). The error is rolled back either way, unless
+// [WithFinalErrors] marks it final.
+func WithErrorHandler(handle func(w http.ResponseWriter, r *http.Request, err error) bool) Option {
+	return func(c *config) {
+		if handle == nil {
+			c.errs = append(c.errs, errors.New("idempotency: WithErrorHandler needs a function"))
+			return
+		}
+		c.errorHandler = handle
+	}
+}
+
 // WithMapping replaces the whole mapping of outcomes and errors to answers
 // (see [DefaultMapping]).
 func WithMapping(m Mapping) Option {
@@ -191,10 +235,78 @@ func WithMethods(methods ...string) Option {
 	}
 }
 
-// WithLogger sets where internal errors and handler panics are logged (by
+// WithLogger sets where internal errors are logged (by
 // default slog.Default()); the client is told only "internal-error".
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
+}
+
+// DefaultAcquireTimeout is how long a request waits for a connection from
+// the pool by default.
+const DefaultAcquireTimeout = 5 * time.Second
+
+// WithAcquireTimeout sets how long a request waits for a connection from the
+// pool, and to begin its transaction ([DefaultAcquireTimeout]; 0: no limit
+// but the context's). Past it the request is 503 unavailable with
+// Retry-After ([ErrUnavailable]), and nothing is reserved.
+func WithAcquireTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("idempotency: the acquire timeout must not be negative, not %v", d))
+		}
+		c.acquire = d
+	}
+}
+
+// WithTimeLimit bounds the key's transaction, the handler included (0, the
+// default: no limit). The server ends a statement that runs, or the
+// session idle in the transaction, past it (statement_timeout and
+// idle_in_transaction_session_timeout, set for the transaction only), which
+// frees the key; the handler's context has the deadline; and a handler
+// that returns past it is rolled back and answered 503 unavailable with
+// Retry-After ([ErrUnavailable]). Keep it below the server's
+// idempotency.processing_timeout, so that a hung handler never holds a key
+// long enough to make it stuck.
+func WithTimeLimit(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.errs = append(c.errs, fmt.Errorf("idempotency: the time limit must not be negative, not %v", d))
+		}
+		c.timeLimit = d
+	}
+}
+
+// DefaultBodyLimit and DefaultResponseLimit are the default limits of a
+// request body read by the middleware and of a stored response body: 1 MiB.
+const (
+	DefaultBodyLimit     = 1 << 20
+	DefaultResponseLimit = 1 << 20
+)
+
+// WithBodyLimit sets the most bytes of a request body the middleware reads
+// ([DefaultBodyLimit]; 0: no limit). A longer body is 413
+// payload-too-large before anything is reserved, by its Content-Length
+// or once the limit is read.
+func WithBodyLimit(bytes int64) Option {
+	return func(c *config) {
+		if bytes < 0 {
+			c.errs = append(c.errs, fmt.Errorf("idempotency: the body limit must not be negative, not %d", bytes))
+		}
+		c.bodyLimit = bytes
+	}
+}
+
+// WithResponseLimit sets the most bytes of a response body that is stored
+// ([DefaultResponseLimit]; 0: no limit). A longer body that would be
+// completed is a *[CompletionError] instead: rolled back, 500
+// internal-error, and the retry runs again.
+func WithResponseLimit(bytes int) Option {
+	return func(c *config) {
+		if bytes < 0 {
+			c.errs = append(c.errs, fmt.Errorf("idempotency: the response limit must not be negative, not %d", bytes))
+		}
+		c.responseLimit = bytes
+	}
 }
 
 // WithTxOptions sets the options of the transaction (isolation level, ...).

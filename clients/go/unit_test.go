@@ -169,7 +169,7 @@ func TestEnvelope(t *testing.T) {
 			if !jsonEqual(t, got, []byte(tt.want)) {
 				t.Fatalf("EncodeEnvelope = %s; want %s", got, tt.want)
 			}
-			back, err := DecodeEnvelope(tt.resp.Status, got)
+			back, err := DecodeEnvelope(tt.resp.Status, got, allow)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -187,10 +187,10 @@ func TestEnvelope(t *testing.T) {
 			}
 		})
 	}
-	if _, err := DecodeEnvelope(200, []byte(`{"v": 2, "headers": {}}`)); !errors.Is(err, ErrUnsupportedEnvelope) {
+	if _, err := DecodeEnvelope(200, []byte(`{"v": 2, "headers": {}}`), allow); !errors.Is(err, ErrUnsupportedEnvelope) {
 		t.Fatalf("v 2: %v", err)
 	}
-	plain, err := DecodeEnvelope(200, []byte(`{"id": 1}`))
+	plain, err := DecodeEnvelope(200, []byte(`{"id": 1}`), allow)
 	if err != nil || plain.Header.Get("Content-Type") != "application/json" || string(plain.Body) != `{"id": 1}` {
 		t.Fatalf("no v: %+v %v", plain, err)
 	}

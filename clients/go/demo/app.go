@@ -87,7 +87,11 @@ func (a *app) routes(bench bool) http.Handler {
 	r.Get("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, map[string]string{"status": "ok"})
 	})
-	r.With(a.idem.Middleware(idempotency.WithOperation("create-payment"))).
+	// a declined card is a raised error marked final: the payment row
+	// with status declined commits with the 402, and the retry replays it
+	r.With(a.idem.Middleware(idempotency.WithOperation("create-payment"),
+		idempotency.WithFinalErrors(func(err error) bool { return errors.Is(err, errCardDeclined) }),
+		idempotency.WithErrorHandler(answerCardDeclined))).
 		Method(http.MethodPost, "/payments", idempotency.HandlerFunc(a.createPayment))
 	r.Get("/payments/{id}", a.getPayment)
 	if bench {
@@ -96,6 +100,19 @@ func (a *app) routes(bench bool) http.Handler {
 		r.Post("/bench/by-hand", a.benchByHand)
 	}
 	return r
+}
+
+// errCardDeclined is createPayment's error for a declined card
+var errCardDeclined = errors.New("card declined")
+
+// answerCardDeclined answers errCardDeclined with 402 card-declined; other
+// errors are left to the library's mapping
+func answerCardDeclined(w http.ResponseWriter, r *http.Request, err error) bool {
+	if !errors.Is(err, errCardDeclined) {
+		return false
+	}
+	problem(w, 402, "card-declined", "Card declined", "The card was declined.")
+	return true
 }
 
 // payment is a payment as the API shows it
@@ -167,8 +184,7 @@ func (a *app) createPayment(w http.ResponseWriter, r *http.Request) error {
 		time.Sleep(time.Duration(latencyMs) * time.Millisecond)
 	}
 	if p.Status == "declined" {
-		problem(w, 402, "card-declined", "Card declined", "The card was declined.")
-		return nil
+		return errCardDeclined
 	}
 	w.Header().Set("Location", "/payments/"+strconv.FormatInt(p.ID, 10))
 	writeJSON(w, 201, p)
