@@ -6,7 +6,9 @@
  */
 
 import type { Pool, PoolClient } from 'pg';
-import { type CapturedResponse, decodeEnvelope, encodeEnvelope, UnsupportedEnvelopeError } from './envelope.js';
+import {
+  type CapturedResponse, decodeEnvelope, encodeEnvelope, UnsendableResponseError, unsendable, UnsupportedEnvelopeError,
+} from './envelope.js';
 import {
   type FingerprintRequest,
   FingerprintError,
@@ -46,6 +48,13 @@ export interface RouteOptions<Req = unknown> {
   keyRequired?: boolean;
   /** Handler statuses that roll back instead of completing; default every 5xx, 408 and 429. */
   retryable?: readonly number[] | ((status: number) => boolean);
+  /**
+   * Raised errors that are completed with the status and body the framework
+   * resolves for them (and replayed), instead of rolled back: error classes
+   * (`instanceof`), or a predicate of the error. Default none: every raised
+   * error rolls back, whatever its status.
+   */
+  finalErrors?: readonly (abstract new (...args: never[]) => unknown)[] | ((error: unknown) => boolean);
 }
 
 /** Every setting. */
@@ -82,7 +91,21 @@ export interface ResolvedRoute<Req> {
   ttl: string | null;
   keyRequired: boolean;
   retryable: (status: number) => boolean;
+  isFinal: (error: unknown) => boolean;
 }
+
+/** The finalErrors setting as a predicate. */
+function resolveFinalErrors(finalErrors: RouteOptions['finalErrors']): (error: unknown) => boolean {
+  if (finalErrors === undefined) return noFinalErrors;
+  if (typeof finalErrors === 'function') return finalErrors;
+  if (!Array.isArray(finalErrors) || finalErrors.some((type) => typeof type !== 'function')) {
+    throw new TypeError('finalErrors must be a list of error classes or a function of the error');
+  }
+  const types = [...finalErrors];
+  return (error) => types.some((type) => error instanceof type);
+}
+
+const noFinalErrors = (): boolean => false;
 
 /** The ttl setting as an interval text, or null for the server's default. */
 function resolveTtl(ttl: string | number | undefined): string | null {
@@ -121,6 +144,7 @@ export function resolveRoute<Req>(options: RouteOptions<Req>, defaults?: Resolve
     ttl: options.ttl !== undefined ? resolveTtl(options.ttl) : (defaults?.ttl ?? null),
     keyRequired: options.keyRequired ?? defaults?.keyRequired ?? true,
     retryable: options.retryable !== undefined ? resolveRetryable(options.retryable) : (defaults?.retryable ?? defaultRetryable),
+    isFinal: options.finalErrors !== undefined ? resolveFinalErrors(options.finalErrors) : (defaults?.isFinal ?? noFinalErrors),
   };
 }
 
@@ -166,6 +190,8 @@ export interface IdempotencyContext {
   readonly transaction: IdempotencyTransaction;
   /** @internal The error the request failed with, which makes the transaction roll back. */
   error?: unknown;
+  /** @internal The route's finalErrors setting: a raised error that is completed, not rolled back. */
+  readonly isFinal: (error: unknown) => boolean;
 }
 
 /** A request whose handler runs, holding its transaction. */
@@ -290,7 +316,7 @@ export class Idempotency<Req = unknown> {
     switch (outcome) {
       case 'replay':
         try {
-          const response = decodeEnvelope(row.response_status ?? 200, row.response, row.body);
+          const response = decodeEnvelope(row.response_status ?? 200, row.response, row.body, this.replayHeaders);
           response.headers['idempotent-replayed'] = 'true';
           return { kind: 'answer', response };
         } catch (error) {
@@ -418,6 +444,13 @@ export class IdempotencyTransaction {
     if (this.#done) throw new Error('this idempotency transaction is already finished');
     this.#done = true;
     const { client, params } = this;
+    const reason = unsendable(response.status, response.headers);
+    if (reason !== undefined) {
+      // committed, it would be a record whose answer its server refuses to write
+      await rollbackAndRelease(client, null);
+      this.#library.onError(new UnsendableResponseError(reason));
+      return this.#library.problem('internal-error').response;
+    }
     if (retryable(response.status)) {
       await rollbackAndRelease(client, null);
       return response;
@@ -431,6 +464,12 @@ export class IdempotencyTransaction {
       await client.query('COMMIT');
     } catch (error) {
       await rollbackAndRelease(client, error);
+      if (sqlstateProblem(sqlstate(error)) === 'invalid-request') {
+        // the server cannot store the response (a body with \u0000 or a
+        // lone surrogate): it is not the request's fault, and nothing is kept
+        this.#library.onError(error);
+        return this.#library.problem('internal-error').response;
+      }
       return this.#library.errorAnswer(error).response;
     }
     release(client);

@@ -45,13 +45,18 @@ export interface IdempotencyMiddleware extends RequestHandler {
   /** A middleware for one route, with settings of its own over the shared ones. */
   route(options: RouteOptions<Request>): RequestHandler;
   /**
-   * An Express error handler (mount it after the routes): an error of a
-   * request under idempotency rolls its transaction back and is answered
-   * from the mapping (503 `retry` for a serialization failure, 500
+   * An Express error handler (mount it after the routes; without it an
+   * error is not seen, and the answer your error handlers give it is
+   * completed like a returned one): an error of a request under
+   * idempotency rolls its transaction back and is answered from the
+   * mapping (503 `retry` for a serialization failure, 500
    * `internal-error` for any other). An error that names its own 4xx
    * (`status`/`statusCode`, as http-errors does) and the errors of other
    * requests go on to `next(err)`; the response your error handlers send
-   * for a request under idempotency is rolled back, not stored.
+   * for a request under idempotency is rolled back, not stored, unless
+   * the error is one of the route's `finalErrors`: then it goes on to
+   * `next(err)` and your error handlers' answer is completed and
+   * committed (and replayed).
    */
   errorHandler(): ErrorRequestHandler;
 }
@@ -163,6 +168,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       scope,
       operation,
       transaction,
+      isFinal: route.isFinal,
     };
     req.idempotency = context;
     res.locals.idempotency = context;
@@ -189,6 +195,12 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       return;
     }
     if (context === undefined || res.headersSent) {
+      next(error);
+      return;
+    }
+    if (context.isFinal(error)) {
+      // a final error: the application's error handlers answer it, and
+      // that answer is completed and committed like a returned response
       next(error);
       return;
     }

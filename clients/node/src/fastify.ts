@@ -144,6 +144,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       scope,
       operation,
       transaction: begun.transaction,
+      isFinal: route.isFinal,
     };
     return undefined;
   };
@@ -185,7 +186,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     routeOptions.preHandler = append(routeOptions.preHandler as never, (async (request: FastifyRequest, reply: FastifyReply) =>
       library.methods.has(request.method.toUpperCase()) ? preHandlerFor(route).call(fastify, request, reply) : undefined) as never);
     routeOptions.onError = append(routeOptions.onError as never, (async (request: FastifyRequest, _reply: FastifyReply, error: Error) => {
-      if (request.idempotency !== null) request.idempotency.error = error;
+      // a final error's answer, as the error handler resolves it, is completed
+      if (request.idempotency !== null && !request.idempotency.isFinal(error)) request.idempotency.error = error;
     }) as never);
     routeOptions.onSend = append(routeOptions.onSend as never, onSendFor(route) as never);
     routeOptions.onResponse = append(routeOptions.onResponse as never, (async (request: FastifyRequest) => {

@@ -27,6 +27,8 @@ export {
   encodeEnvelope,
   ENVELOPE_VERSION,
   type HeaderValues,
+  UnsendableResponseError,
+  unsendable,
   UnsupportedEnvelopeError,
 } from './envelope.js';
 export {

@@ -81,7 +81,7 @@ export const DEFAULT_MAPPING: Readonly<Mapping> = Object.freeze({
   },
   'unsupported-envelope': {
     status: 500, title: 'Stored response unreadable', retryAfter: false,
-    detail: 'The stored response was written by a later version of the library.',
+    detail: 'The stored response was written by a later version of the library, or cannot be read.',
   },
   'payload-too-large': {
     status: 413, title: 'Request body too large', retryAfter: false,
