@@ -25,7 +25,12 @@ import {
   resolveMapping,
   sqlstateProblem,
 } from './mapping.js';
+import {
+  type Completion, defaultRetryable, KeyOutcomeError, type ReserveParams, type RunPolicy, type RunResult, type RunnerSql, runUnderKey,
+} from './runner.js';
 import { checkExtensionVersion, type ExtensionInfo } from './version.js';
+
+export { defaultRetryable, type ReserveParams } from './runner.js';
 
 /** The settings a route may set for itself (doc/clients.md, "Settings every library has"). */
 export interface RouteOptions<Req = unknown> {
@@ -80,9 +85,6 @@ export interface IdempotencyOptions<Req = unknown> extends RouteOptions<Req> {
   /** Reports an error the client is answered 500 for (default: `console.error`). */
   onError?: (error: unknown) => void;
 }
-
-/** The default of {@link RouteOptions.retryable}: every 5xx, 408 and 429. */
-export const defaultRetryable = (status: number): boolean => status >= 500 || status === 408 || status === 429;
 
 /** A route's settings, checked and resolved. */
 export interface ResolvedRoute<Req> {
@@ -153,17 +155,6 @@ function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
 }
 
-/** What one request reserves. */
-export interface ReserveParams {
-  operation: string;
-  key: string;
-  scope: string;
-  /** The request document (JSON text), from {@link requestDocument}. */
-  request: string;
-  /** An interval text, or null for the server's default. */
-  ttl: string | null;
-}
-
 /** The answer to a request that does not run its handler: a replay or a problem. */
 export interface Answer {
   kind: 'answer';
@@ -224,7 +215,7 @@ export class Idempotency<Req = unknown> {
   readonly extension: ExtensionInfo;
   readonly onError: (error: unknown) => void;
   /** @internal The two calls, schema-qualified. */
-  readonly sql: { readonly reserve: string; readonly complete: string };
+  readonly sql: RunnerSql;
 
   private constructor(options: IdempotencyOptions<Req>, extension: ExtensionInfo) {
     this.pool = options.pool;
@@ -265,6 +256,7 @@ export class Idempotency<Req = unknown> {
   /** The answer for an error: its SQLSTATE's case, else `internal-error` (reported with `onError`). */
   errorAnswer(error: unknown, report = true): Answer {
     if (error instanceof UnsupportedEnvelopeError) return this.problem('unsupported-envelope');
+    if (error instanceof KeyOutcomeError) return this.problem(OUTCOME_PROBLEMS[error.outcome]);
     if (error instanceof FingerprintError) return this.problem('invalid-request', error.message);
     const code = sqlstateProblem(sqlstate(error));
     if (code === 'internal-error' && report) this.onError(error);
@@ -282,82 +274,59 @@ export class Idempotency<Req = unknown> {
   }
 
   /**
-   * Borrows a client, BEGINs and reserves the key. On `new`, the
-   * transaction stays open for the handler: finish it with
-   * {@link IdempotencyTransaction.finish} or {@link IdempotencyTransaction.fail}.
-   * Every other outcome is answered here (the client is released).
+   * The core runner: runs `fn` under a key in one transaction (reserve;
+   * on `new`, `fn` with the transaction's client; complete and COMMIT, or
+   * ROLLBACK for a retryable status or a raised error that is not final).
+   * The HTTP integrations are its callers.
+   *
+   * @param fn - gets the open transaction's client (run its SQL there; do
+   *   not release it or COMMIT) and returns the completion: a status and
+   *   the response to store as JSON text.
+   * @param policy - the retryable statuses (default the route setting's)
+   *   and the completion of a final error.
+   * @returns `new` with the completion, after COMMIT (`committed` false
+   *   when a retryable status rolled back), or `replay` with the stored
+   *   status and response, `fn` not called.
+   * @throws InProgressError, StuckError, MismatchError (a
+   *   {@link KeyOutcomeError}) for those outcomes; any other error after
+   *   ROLLBACK, as it was raised.
    */
-  async begin(params: ReserveParams): Promise<Answer | Started> {
-    let client: PoolClient;
-    try {
-      client = await this.pool.connect();
-    } catch (error) {
-      return this.errorAnswer(error);
-    }
-    guard(client);
-    let outcome: string;
-    let row: { outcome: string; response_status: number | null; response: string | null; body: string | null };
-    try {
-      await client.query('BEGIN');
-      const result = await client.query<typeof row>(this.sql.reserve, [
-        params.operation, params.key, params.request, params.scope, params.ttl,
-      ]);
-      row = result.rows[0]!;
-      outcome = row.outcome;
-      if (outcome === 'new') {
-        return { kind: 'new', transaction: new IdempotencyTransaction(this, client, params) };
-      }
-      await client.query('COMMIT');
-    } catch (error) {
-      await rollbackAndRelease(client, error);
-      return this.errorAnswer(error);
-    }
-    release(client);
-    switch (outcome) {
-      case 'replay':
-        try {
-          const response = decodeEnvelope(row.response_status ?? 200, row.response, row.body, this.replayHeaders);
-          response.headers['idempotent-replayed'] = 'true';
-          return { kind: 'answer', response };
-        } catch (error) {
-          return this.errorAnswer(error);
-        }
-      case 'in_progress':
-        return this.problem('in-progress');
-      case 'stuck':
-        return this.problem('stuck');
-      case 'mismatch':
-        return this.problem('mismatch');
-      default:
-        return this.errorAnswer(new Error(`idem_reserve answered an unknown outcome "${outcome}"`));
-    }
+  run(params: ReserveParams, fn: (client: PoolClient) => Promise<Completion>, policy: RunPolicy = {}): Promise<RunResult> {
+    return runUnderKey(this.pool, this.sql, params, fn, { retryable: this.route.retryable, ...policy });
   }
 
   /**
-   * Runs one request in one transaction: reserve; on `new`, the handler
-   * with the transaction's client; then complete and COMMIT, or ROLLBACK
-   * when the handler throws or returns a retryable status. The commit is
-   * never abandoned: nothing here listens for the HTTP client going away.
-   *
-   * @returns the response to send: the handler's, a replay's, or the
-   *   mapping's answer (also for an error the handler throws, after the ROLLBACK).
+   * Reserves the key for an HTTP request, through {@link run}. On `new`,
+   * the transaction stays open for the handler: finish it with
+   * {@link IdempotencyTransaction.finish} or {@link IdempotencyTransaction.fail}.
+   * Every other outcome is answered here (a replay, or the mapping's answer).
    */
-  async run(
-    params: ReserveParams,
-    handler: (client: PoolClient) => Promise<CapturedResponse>,
-    route: ResolvedRoute<Req> = this.route,
-  ): Promise<CapturedResponse> {
-    const begun = await this.begin(params);
-    if (begun.kind === 'answer') return begun.response;
-    let response: CapturedResponse;
+  async begin(params: ReserveParams, route: ResolvedRoute<Req> = this.route): Promise<Answer | Started> {
+    const transaction = new IdempotencyTransaction(this);
+    let reserved!: () => void;
+    const handed = new Promise<undefined>((resolve) => { reserved = () => resolve(undefined); });
+    const result = this.run(params, (client) => {
+      transaction.attach(client, params);
+      reserved();
+      return transaction.completion;
+    }, { retryable: route.retryable });
+    transaction.result = result;
+    const first = await Promise.race([handed, result.then((r) => r, (error: unknown) => ({ error }))]);
+    if (first === undefined) return { kind: 'new', transaction };
+    if ('error' in first) return this.errorAnswer(first.error);
+    if (first.outcome !== 'replay') return this.errorAnswer(new Error('the runner finished without running its function'));
     try {
-      response = await handler(begun.transaction.client);
+      const response = decodeEnvelope(first.status, first.response, first.body, this.replayHeaders);
+      response.headers['idempotent-replayed'] = 'true';
+      return { kind: 'answer', response };
     } catch (error) {
-      return (await begun.transaction.fail(error)).response;
+      return this.errorAnswer(error);
     }
-    return begun.transaction.finish(response, route.retryable);
   }
 }
+
+/** The problem code of each outcome that is not an answer. */
+const OUTCOME_PROBLEMS = { in_progress: 'in-progress', stuck: 'stuck', mismatch: 'mismatch' } as const satisfies Record<KeyOutcomeError['outcome'], ProblemCode>;
 
 /** Checks the settings that need no database. */
 function validateOptions(options: IdempotencyOptions<never>): void {
@@ -376,56 +345,50 @@ function validateOptions(options: IdempotencyOptions<never>): void {
   }
 }
 
-const guards = new WeakMap<PoolClient, (error: Error) => void>();
-
 /**
- * Listens for the errors of a borrowed client: node-postgres removes the
- * pool's listener while a client is out, and a connection lost between two
- * queries (a terminated backend, a restart) is an 'error' event, which
- * without a listener ends the process. The next query fails instead.
+ * A reserved key's open transaction, as an HTTP integration holds it: the
+ * function {@link Idempotency.run} runs waits for {@link finish} (the
+ * response, completed and committed) or {@link fail} (rolled back).
  */
-function guard(client: PoolClient): void {
-  const listener = (): void => {
-    // the next query on this client fails with the connection's error
-  };
-  guards.set(client, listener);
-  client.on('error', listener);
-}
-
-/** Gives a borrowed client back (destroying it after an error of its connection). */
-function release(client: PoolClient, error?: Error): void {
-  const listener = guards.get(client);
-  if (listener !== undefined) {
-    client.removeListener('error', listener);
-    guards.delete(client);
-  }
-  client.release(error);
-}
-
-/** ROLLBACK (when the connection still works) and release; a broken connection is destroyed. */
-async function rollbackAndRelease(client: PoolClient, cause: unknown): Promise<void> {
-  try {
-    await client.query('ROLLBACK');
-    release(client);
-  } catch (error) {
-    release(client, error instanceof Error ? error : new Error(String(cause)));
-  }
-}
-
-/** A reserved key's open transaction, with the client the handler's SQL runs on. */
 export class IdempotencyTransaction {
-  /** The transaction's client: run the handler's SQL on it, and do not release it. */
-  readonly client: PoolClient;
-  /** The reservation. */
-  readonly params: Readonly<ReserveParams>;
-  readonly #library: Idempotency<never>;
+  readonly #library: Idempotency<any>;
+  #client: PoolClient | undefined;
+  #params: ReserveParams | undefined;
   #done = false;
+  #complete!: (completion: Completion) => void;
+  #abort!: (error: unknown) => void;
+  /** @internal What the runner's function returns. */
+  readonly completion: Promise<Completion>;
+  /** @internal The runner's result. */
+  result: Promise<RunResult> = Promise.resolve({ outcome: 'new', status: 0, response: null, committed: false });
 
   /** @internal */
-  constructor(library: Idempotency<any>, client: PoolClient, params: ReserveParams) {
+  constructor(library: Idempotency<any>) {
     this.#library = library;
-    this.client = client;
-    this.params = params;
+    this.completion = new Promise<Completion>((resolve, reject) => {
+      this.#complete = resolve;
+      this.#abort = reject;
+    });
+    // the runner awaits it once the key is reserved; a replay never does
+    this.completion.catch(() => undefined);
+  }
+
+  /** @internal Called by the runner's function with the transaction's client. */
+  attach(client: PoolClient, params: ReserveParams): void {
+    this.#client = client;
+    this.#params = params;
+  }
+
+  /** The transaction's client: run the handler's SQL on it, and do not release it. */
+  get client(): PoolClient {
+    if (this.#client === undefined) throw new Error('this idempotency transaction has no client');
+    return this.#client;
+  }
+
+  /** The reservation. */
+  get params(): Readonly<ReserveParams> {
+    if (this.#params === undefined) throw new Error('this idempotency transaction has no reservation');
+    return this.#params;
   }
 
   /** True once finished or failed. */
@@ -434,45 +397,38 @@ export class IdempotencyTransaction {
   }
 
   /**
-   * Ends the transaction with the handler's response: a retryable status
-   * rolls back; any other is completed with its envelope and committed.
+   * Ends the transaction with the handler's response: one that cannot be
+   * sent rolls back (500 `internal-error`); a retryable status rolls
+   * back; any other is completed with its envelope and committed.
    *
    * @returns the response to send: the handler's, or the mapping's answer
-   *   when the completion or the COMMIT failed.
+   *   when it could not be sent, or the completion or the COMMIT failed.
    */
-  async finish(response: CapturedResponse, retryable: (status: number) => boolean): Promise<CapturedResponse> {
+  async finish(response: CapturedResponse): Promise<CapturedResponse> {
     if (this.#done) throw new Error('this idempotency transaction is already finished');
     this.#done = true;
-    const { client, params } = this;
+    const library = this.#library;
     const reason = unsendable(response.status, response.headers);
     if (reason !== undefined) {
       // committed, it would be a record whose answer its server refuses to write
-      await rollbackAndRelease(client, null);
-      this.#library.onError(new UnsendableResponseError(reason));
-      return this.#library.problem('internal-error').response;
+      const error = new UnsendableResponseError(reason);
+      this.#abort(error);
+      await this.result.catch(() => undefined);
+      library.onError(error);
+      return library.problem('internal-error').response;
     }
-    if (retryable(response.status)) {
-      await rollbackAndRelease(client, null);
-      return response;
-    }
+    this.#complete({ status: response.status, response: encodeEnvelope(response.headers, response.body, library.replayHeaders) });
     try {
-      await client.query(this.#library.sql.complete, [
-        params.operation, params.key,
-        encodeEnvelope(response.headers, response.body, this.#library.replayHeaders),
-        response.status, params.scope,
-      ]);
-      await client.query('COMMIT');
+      await this.result;
     } catch (error) {
-      await rollbackAndRelease(client, error);
       if (sqlstateProblem(sqlstate(error)) === 'invalid-request') {
         // the server cannot store the response (a body with \u0000 or a
         // lone surrogate): it is not the request's fault, and nothing is kept
-        this.#library.onError(error);
-        return this.#library.problem('internal-error').response;
+        library.onError(error);
+        return library.problem('internal-error').response;
       }
-      return this.#library.errorAnswer(error).response;
+      return library.errorAnswer(error).response;
     }
-    release(client);
     return response;
   }
 
@@ -485,7 +441,8 @@ export class IdempotencyTransaction {
   async fail(error: unknown, report = true): Promise<Answer> {
     if (!this.#done) {
       this.#done = true;
-      await rollbackAndRelease(this.client, error);
+      this.#abort(error);
+      await this.result.catch(() => undefined);
     }
     return this.#library.errorAnswer(error, report);
   }

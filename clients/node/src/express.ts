@@ -156,7 +156,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       ? route.operation(req)
       : (route.operation ?? defaultOperation(req));
 
-    const begun = await library.begin({ operation, key: parsed.key, scope, request: document, ttl: route.ttl });
+    const begun = await library.begin({ operation, key: parsed.key, scope, request: document, ttl: route.ttl }, route);
     if (begun.kind === 'answer') {
       send(res, begun);
       return;
@@ -178,7 +178,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
         await transaction.fail(context.error, false);
         return captured;
       }
-      return transaction.finish(captured, route.retryable);
+      return transaction.finish(captured);
     });
     next();
   };

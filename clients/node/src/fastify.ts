@@ -136,7 +136,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       ? route.operation(request)
       : (route.operation ?? `${request.method.toUpperCase()} ${pathTemplate(request.routeOptions.url ?? request.url)}`);
 
-    const begun = await library.begin({ operation, key: parsed.key, scope, request: document, ttl: route.ttl });
+    const begun = await library.begin({ operation, key: parsed.key, scope, request: document, ttl: route.ttl }, route);
     if (begun.kind === 'answer') return send(reply, begun);
     request.idempotency = {
       client: begun.transaction.client,
@@ -164,7 +164,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
         if (value !== undefined) headers[name.toLowerCase()] = headerString(value);
       }
       const captured: CapturedResponse = { status: reply.statusCode, headers, body: await payloadBytes(payload) };
-      final = await context.transaction.finish(captured, route.retryable);
+      final = await context.transaction.finish(captured);
       if (final === captured) return captured.body;
     }
     const response = 'kind' in final ? final.response : final;

@@ -22,6 +22,15 @@ export {
   type Started,
 } from './core.js';
 export {
+  type Completion,
+  InProgressError,
+  KeyOutcomeError,
+  MismatchError,
+  type RunPolicy,
+  type RunResult,
+  StuckError,
+} from './runner.js';
+export {
   type CapturedResponse,
   decodeEnvelope,
   encodeEnvelope,
