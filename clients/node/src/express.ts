@@ -61,6 +61,12 @@ export interface IdempotencyMiddleware extends RequestHandler {
   errorHandler(): ErrorRequestHandler;
 }
 
+/** Whether an error names its own 4xx (`status`/`statusCode`, as http-errors does). */
+function ownClientError(error: unknown): boolean {
+  const status = (error as { statusCode?: unknown } | null)?.statusCode ?? (error as { status?: unknown } | null)?.status;
+  return typeof status === 'number' && status >= 400 && status < 500;
+}
+
 /** `:id` to `{id}`: an Express route path as the default operation's template. */
 function pathTemplate(path: string): string {
   return path.replace(/:([A-Za-z0-9_]+)(\([^)]*\))?\??/g, '{$1}');
@@ -103,7 +109,13 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
         next();
         return;
       }
-      handle(req, res, next, route).catch(next);
+      handle(req, res, next, route).catch((error: unknown) => {
+        // before the handler (the scope function, reading the body): an
+        // error that names its own 4xx goes to your error handlers; any
+        // other is answered from the mapping, never as a stack trace
+        if (res.headersSent || req.idempotency !== undefined || ownClientError(error)) next(error);
+        else send(res, library.errorAnswer(error));
+      });
     };
     return handler;
   };
@@ -205,9 +217,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       return;
     }
     context.error = error;
-    const status = (error as { status?: unknown; statusCode?: unknown } | null)?.statusCode
-      ?? (error as { status?: unknown } | null)?.status;
-    if (typeof status === 'number' && status >= 400 && status < 500) {
+    if (ownClientError(error)) {
       // an error that names its own 4xx (http-errors): the application's
       // error handlers answer it; the transaction still rolls back
       next(error);

@@ -109,6 +109,18 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   };
 
   const preHandlerFor = (route: ResolvedRoute<FastifyRequest>): preHandlerAsyncHookHandler => async (request, reply) => {
+    try {
+      return await reserve(route, request, reply);
+    } catch (error) {
+      // before the handler (the scope function): an error that names its
+      // own 4xx is Fastify's to render; any other is answered from the
+      // mapping, never with its text
+      if (request.idempotency !== null || (ownStatus(error) ?? 500) < 500) throw error;
+      return send(reply, library.errorAnswer(error));
+    }
+  };
+
+  const reserve = async (route: ResolvedRoute<FastifyRequest>, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> => {
     const parsed = library.parseKey(headerFields(request.raw.rawHeaders, 'idempotency-key'));
     if (parsed.kind === 'missing') {
       if (route.keyRequired) return send(reply, library.problem('missing-key'));

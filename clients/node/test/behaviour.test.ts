@@ -54,8 +54,13 @@ async function act(client: PoolClient, key: string, body: { note?: string; text?
   }
 }
 
-const users: Record<string, string> = { 'token-a': 'user-a' };
-const principal = (authorization: string | undefined) => users[(authorization ?? '').replace(/^Bearer /, '')];
+const users: Record<string, string> = { 'token-a': 'user-a', 'token-empty': '', 'token-nul': 'user\u0000a', 'token-long': 'u'.repeat(256) };
+/** The principal of a request; the token 'token-throws' makes the scope function throw. */
+const principal = (authorization: string | undefined) => {
+  const token = (authorization ?? '').replace(/^Bearer /, '');
+  if (token === 'token-throws') throw new Error('secret failure of the scope function');
+  return users[token];
+};
 /** Stored and replayed: the framing headers are here to show they are never replayed all the same. */
 const replayHeaders = ['content-type', 'location', 'x-allowed', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'te', 'trailer', 'upgrade', 'proxy-connection'];
 const settings = <Req>(db: TestDatabase, scope: (req: Req) => string | undefined): IdempotencyOptions<Req> =>
@@ -103,18 +108,18 @@ interface Reply {
 
 interface Driver {
   name: string;
-  post(key: string, body: unknown): Promise<Reply>;
+  post(key: string, body: unknown, token?: string): Promise<Reply>;
   close(): Promise<void>;
 }
 
-const requestHeaders = (key: string) => ({ authorization: 'Bearer token-a', 'idempotency-key': key, 'content-type': 'application/json' });
+const requestHeaders = (key: string, token = 'token-a') => ({ authorization: `Bearer ${token}`, 'idempotency-key': key, 'content-type': 'application/json' });
 
 /** POSTs to a real server with node's http client, which reads what the server wrote. */
-function postOverSocket(port: number, key: string, body: unknown): Promise<Reply> {
+function postOverSocket(port: number, key: string, body: unknown, token?: string): Promise<Reply> {
   return new Promise((resolve) => {
     const payload = JSON.stringify(body);
     const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: '/items',
-      headers: { ...requestHeaders(key), 'content-length': Buffer.byteLength(payload) } }, (res) => {
+      headers: { ...requestHeaders(key, token), 'content-length': Buffer.byteLength(payload) } }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString() }));
@@ -132,8 +137,8 @@ const drivers: { name: string; start(db: TestDatabase): Promise<Driver> }[] = [
       const app = await expressApp(db);
       return {
         name: this.name,
-        async post(key, body) {
-          const r = await supertest(app).post('/items').set(requestHeaders(key)).send(JSON.stringify(body))
+        async post(key, body, token) {
+          const r = await supertest(app).post('/items').set(requestHeaders(key, token)).send(JSON.stringify(body))
             .buffer(true).parse((res, cb) => { let t = ''; res.setEncoding('utf8'); res.on('data', (c: string) => { t += c; }); res.on('end', () => cb(null, t)); });
           return { status: r.status, headers: r.headers, text: r.body as string };
         },
@@ -149,7 +154,7 @@ const drivers: { name: string; start(db: TestDatabase): Promise<Driver> }[] = [
       const { port } = server.address() as AddressInfo;
       return {
         name: this.name,
-        post: (key, body) => postOverSocket(port, key, body),
+        post: (key, body, token) => postOverSocket(port, key, body, token),
         close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
       };
     },
@@ -160,8 +165,8 @@ const drivers: { name: string; start(db: TestDatabase): Promise<Driver> }[] = [
       const app = await fastifyApp(db);
       return {
         name: this.name,
-        async post(key, body) {
-          const r = await app.inject({ method: 'POST', url: '/items', headers: requestHeaders(key), payload: JSON.stringify(body) });
+        async post(key, body, token) {
+          const r = await app.inject({ method: 'POST', url: '/items', headers: requestHeaders(key, token), payload: JSON.stringify(body) });
           return { status: r.statusCode, headers: r.headers as Reply['headers'], text: r.body };
         },
         close: () => app.close(),
@@ -173,7 +178,7 @@ const drivers: { name: string; start(db: TestDatabase): Promise<Driver> }[] = [
     async start(db) {
       const app = await fastifyApp(db);
       const { port } = new URL(await app.listen({ port: 0, host: '127.0.0.1' }));
-      return { name: this.name, post: (key, body) => postOverSocket(Number(port), key, body), close: () => app.close() };
+      return { name: this.name, post: (key, body, token) => postOverSocket(Number(port), key, body, token), close: () => app.close() };
     },
   },
 ];
@@ -196,6 +201,26 @@ drivers.forEach((spec, n) => describe(spec.name, () => {
     driver = await spec.start(db);
   });
   after(async () => driver.close());
+
+  describe('one answer per bad input', () => {
+    for (const [label, token, status, code] of [
+      ['an empty principal', 'token-empty', 401, 'unauthenticated'],
+      ['no principal', 'token-unknown', 401, 'unauthenticated'],
+      ['a NUL in the principal', 'token-nul', 400, 'invalid-request'],
+      ['a principal over 255 bytes', 'token-long', 400, 'invalid-request'],
+      ['a scope function that throws', 'token-throws', 500, 'internal-error'],
+    ] as [string, string, number, string][]) {
+      it(`answers ${label} with ${status} ${code}, as problem+json without a stack trace, reserving nothing`, async () => {
+        const key = k(`principal-${token}`);
+        const r = await driver.post(key, { note: 'ok' }, token);
+        assert.equal(r.status, status, r.text);
+        assert.equal(problem(r)?.code, code);
+        assert.doesNotMatch(r.text, /secret|at .*\.js|\/test\//);
+        assert.equal(await effects(key), 0);
+        assert.equal(await records(key), 0);
+      });
+    }
+  });
 
   describe('a raised error', () => {
     it('that resolves to 402 is rolled back: the client gets 402, no row, no record, and the retry runs again', async () => {
