@@ -21,6 +21,7 @@ import {
   type Mapping,
   type MappingOverrides,
   type ProblemCode,
+  isUnavailable,
   problemResponse,
   resolveMapping,
   sqlstateProblem,
@@ -228,6 +229,12 @@ export class Idempotency<Req = unknown> {
     this.route = resolveRoute(options);
     this.extension = extension;
     this.onError = options.onError ?? ((error) => console.error('pg-idempotency:', error));
+    if (this.pool.listenerCount('error') === 0) {
+      // node-postgres emits an idle client's lost connection (a server
+      // restart) on the pool, which without a listener ends the process;
+      // the pool drops that client and connects anew on the next request
+      this.pool.on('error', (error) => this.onError(error));
+    }
     const schema = quoteIdent(extension.schema);
     this.sql = {
       reserve: `SELECT r.outcome, r.response_status, r.response::text AS response, (r.response -> 'body')::text AS body
@@ -257,6 +264,7 @@ export class Idempotency<Req = unknown> {
   errorAnswer(error: unknown, report = true): Answer {
     if (error instanceof UnsupportedEnvelopeError) return this.problem('unsupported-envelope');
     if (error instanceof KeyOutcomeError) return this.problem(OUTCOME_PROBLEMS[error.outcome]);
+    if (isUnavailable(error)) return this.problem('unavailable');
     if (error instanceof FingerprintError) return this.problem('invalid-request', error.message);
     const code = sqlstateProblem(sqlstate(error));
     if (code === 'internal-error' && report) this.onError(error);

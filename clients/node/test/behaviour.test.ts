@@ -15,7 +15,8 @@ import supertest from 'supertest';
 import { idempotency } from '../src/express.js';
 import fastifyIdempotency from '../src/fastify.js';
 import type { IdempotencyOptions } from '../src/index.js';
-import { createDatabase, type TestDatabase } from './helpers.js';
+import pg from 'pg';
+import { createDatabase, sleep, type TestDatabase } from './helpers.js';
 
 /** An error that resolves to 402, as http-errors' PaymentRequired does. */
 class CardDeclined extends Error {
@@ -50,6 +51,14 @@ async function act(client: PoolClient, key: string, body: { note?: string; text?
     case 'bad-header-name': return { status: 201, headers: [['x trace', 'a']], body: { ok: true } };
     case 'nul-body': return { status: 201, headers: [['content-type', json]], body: { s: 'a\u0000b' } };
     case 'surrogate-body': return { status: 201, headers: [['content-type', json]], body: { s: 'a\ud800b' } };
+    case 'lose-connection': {
+      // the connection is lost between two queries, as in a server restart
+      const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      await db.pool.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+      await sleep(200);
+      await client.query('SELECT 1');
+      return { status: 201, headers: [], body: { ok: true } };
+    }
     default: return { status: 201, headers: [['location', '/items/1'], ['content-type', json]], body: { ok: true, note: body.note } };
   }
 }
@@ -63,11 +72,14 @@ const principal = (authorization: string | undefined) => {
 };
 /** Stored and replayed: the framing headers are here to show they are never replayed all the same. */
 const replayHeaders = ['content-type', 'location', 'x-allowed', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'te', 'trailer', 'upgrade', 'proxy-connection'];
-const settings = <Req>(db: TestDatabase, scope: (req: Req) => string | undefined): IdempotencyOptions<Req> =>
-  ({ pool: db.pool, scope, replayHeaders, finalErrors: [FinalCardDeclined], onError: () => undefined });
+/** The settings both apps are created with; `pool` (default the test database's) can be another. */
+const settings = <Req>(db: TestDatabase, scope: (req: Req) => string | undefined, pool?: pg.Pool): IdempotencyOptions<Req> =>
+  ({ pool: pool ?? db.pool, scope, replayHeaders, finalErrors: [FinalCardDeclined], onError: (error) => reported.push(error) });
+/** What the apps' onError was given. */
+const reported: unknown[] = [];
 
-function expressApp(db: TestDatabase): Promise<express.Express> {
-  return idempotency(settings<Request>(db, (req) => principal(req.headers.authorization))).then((idem) => {
+function expressApp(db: TestDatabase, pool?: pg.Pool): Promise<express.Express> {
+  return idempotency(settings<Request>(db, (req) => principal(req.headers.authorization), pool)).then((idem) => {
     const app = express();
     app.post('/items', idem.route({ operation: 'create-item' }), async (req, res) => {
       const answer = await act(req.idempotency!.client, req.idempotency!.key, req.body as { note?: string });
@@ -85,9 +97,9 @@ function expressApp(db: TestDatabase): Promise<express.Express> {
   });
 }
 
-async function fastifyApp(db: TestDatabase): Promise<FastifyInstance> {
+async function fastifyApp(db: TestDatabase, pool?: pg.Pool): Promise<FastifyInstance> {
   const app = Fastify();
-  await app.register(fastifyIdempotency, settings<FastifyRequest>(db, (request) => principal(request.headers.authorization)));
+  await app.register(fastifyIdempotency, settings<FastifyRequest>(db, (request) => principal(request.headers.authorization), pool));
   // Fastify's own error handler resolves the status of an error (statusCode)
   app.post('/items', { config: { idempotency: { operation: 'create-item' } } }, async (request, reply) => {
     const answer = await act(request.idempotency!.client, request.idempotency!.key, request.body as { note?: string });
@@ -130,11 +142,11 @@ function postOverSocket(port: number, key: string, body: unknown, token?: string
   });
 }
 
-const drivers: { name: string; start(db: TestDatabase): Promise<Driver> }[] = [
+const drivers: { name: string; start(db: TestDatabase, pool?: pg.Pool): Promise<Driver> }[] = [
   {
     name: 'Express through supertest',
-    async start(db) {
-      const app = await expressApp(db);
+    async start(db, pool) {
+      const app = await expressApp(db, pool);
       return {
         name: this.name,
         async post(key, body, token) {
@@ -148,8 +160,8 @@ const drivers: { name: string; start(db: TestDatabase): Promise<Driver> }[] = [
   },
   {
     name: 'Express on a node server',
-    async start(db) {
-      const server = (await expressApp(db)).listen(0, '127.0.0.1');
+    async start(db, pool) {
+      const server = (await expressApp(db, pool)).listen(0, '127.0.0.1');
       await new Promise((resolve) => server.once('listening', resolve));
       const { port } = server.address() as AddressInfo;
       return {
@@ -161,8 +173,8 @@ const drivers: { name: string; start(db: TestDatabase): Promise<Driver> }[] = [
   },
   {
     name: 'Fastify through inject',
-    async start(db) {
-      const app = await fastifyApp(db);
+    async start(db, pool) {
+      const app = await fastifyApp(db, pool);
       return {
         name: this.name,
         async post(key, body, token) {
@@ -175,8 +187,8 @@ const drivers: { name: string; start(db: TestDatabase): Promise<Driver> }[] = [
   },
   {
     name: 'Fastify on a node server',
-    async start(db) {
-      const app = await fastifyApp(db);
+    async start(db, pool) {
+      const app = await fastifyApp(db, pool);
       const { port } = new URL(await app.listen({ port: 0, host: '127.0.0.1' }));
       return { name: this.name, post: (key, body, token) => postOverSocket(Number(port), key, body, token), close: () => app.close() };
     },
@@ -332,6 +344,68 @@ drivers.forEach((spec, n) => describe(spec.name, () => {
         assert.equal(r.headers.location, undefined);
         assert.equal(await effects(key), 1);
       });
+    });
+  });
+
+  describe('the database going away', () => {
+    const unavailable = (r: Reply) => {
+      assert.equal(r.status, 503, r.text);
+      assert.equal(problem(r)?.code, 'unavailable');
+      assert.equal(r.headers['retry-after'], '1');
+    };
+    it('a connection lost while the handler holds it is 503 unavailable: no row, no record, the pool usable', async () => {
+      const key = k('lose-connection');
+      unavailable(await driver.post(key, { note: 'lose-connection' }));
+      assert.equal(await effects(key), 0);
+      assert.equal(await records(key), 0);
+      assert.equal((await driver.post(k('after-lost'), { note: 'ok' })).status, 201);
+    });
+    it('idle connections lost (a server restart) do not end the process; the next request connects anew', async () => {
+      assert.ok(db.pool.idleCount > 0);
+      const uncaught: unknown[] = [];
+      const onUncaught = (error: unknown) => uncaught.push(error);
+      process.on('uncaughtException', onUncaught);
+      reported.length = 0;
+      const admin = new pg.Client({ database: db.name });
+      await admin.connect();
+      try {
+        await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
+        await sleep(200);
+      } finally {
+        await admin.end();
+        process.off('uncaughtException', onUncaught);
+      }
+      // an idle client's lost connection, emitted on the pool, is reported, not thrown
+      assert.deepEqual(uncaught, []);
+      assert.ok(reported.some((error) => (error as { code?: string }).code === '57P01'));
+      assert.equal((await driver.post(k('after-restart'), { note: 'ok' })).status, 201);
+      assert.equal(await effects(k('after-restart')), 1);
+    });
+    it('a pool that cannot connect is 503 unavailable', async () => {
+      const pool = new pg.Pool({ database: db.name, max: 2, idleTimeoutMillis: 10 });
+      const other = await spec.start(db, pool);
+      try {
+        await sleep(100); // the version check's connection has gone
+        (pool as unknown as { options: { port: number } }).options.port = 1; // no server there
+        unavailable(await other.post(k('no-server'), { note: 'ok' }));
+        assert.equal(await records(k('no-server')), 0);
+      } finally {
+        await other.close();
+        await pool.end();
+      }
+    });
+    it('no connection from the pool within its connectionTimeoutMillis is 503 unavailable', async () => {
+      const pool = new pg.Pool({ database: db.name, max: 1, connectionTimeoutMillis: 200 });
+      const other = await spec.start(db, pool);
+      const held = await pool.connect();
+      try {
+        unavailable(await other.post(k('pool-timeout'), { note: 'ok' }));
+        assert.equal(await records(k('pool-timeout')), 0);
+      } finally {
+        held.release();
+        await other.close();
+        await pool.end();
+      }
     });
   });
 
