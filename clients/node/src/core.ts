@@ -27,7 +27,7 @@ import {
   sqlstateProblem,
 } from './mapping.js';
 import {
-  type Completion, defaultRetryable, KeyOutcomeError, type ReserveParams, type RunPolicy, type RunResult, type RunnerSql, runUnderKey,
+  type Completion, defaultRetryable, KeyOutcomeError, pastTimeLimit, TimeLimitError, type ReserveParams, type RunPolicy, type RunResult, type RunnerSql, runUnderKey,
 } from './runner.js';
 import { checkExtensionVersion, type ExtensionInfo } from './version.js';
 
@@ -61,6 +61,13 @@ export interface RouteOptions<Req = unknown> {
    * error rolls back, whatever its status.
    */
   finalErrors?: readonly (abstract new (...args: never[]) => unknown)[] | ((error: unknown) => boolean);
+  /**
+   * Milliseconds the handler may hold the key's transaction; past them the
+   * transaction is rolled back (its connection closed), the key freed, and
+   * the client answered 503 `time-limit` with `Retry-After`. Default none;
+   * keep it below the server's `idempotency.processing_timeout`.
+   */
+  timeLimit?: number;
 }
 
 /** Every setting. */
@@ -95,6 +102,7 @@ export interface ResolvedRoute<Req> {
   keyRequired: boolean;
   retryable: (status: number) => boolean;
   isFinal: (error: unknown) => boolean;
+  timeLimit: number | undefined;
 }
 
 /** The finalErrors setting as a predicate. */
@@ -109,6 +117,12 @@ function resolveFinalErrors(finalErrors: RouteOptions['finalErrors']): (error: u
 }
 
 const noFinalErrors = (): boolean => false;
+
+/** The timeLimit setting, checked. */
+function resolveTimeLimit(timeLimit: number): number {
+  if (!Number.isInteger(timeLimit) || timeLimit <= 0) throw new TypeError('timeLimit must be a positive whole number of milliseconds');
+  return timeLimit;
+}
 
 /** The ttl setting as an interval text, or null for the server's default. */
 function resolveTtl(ttl: string | number | undefined): string | null {
@@ -148,6 +162,7 @@ export function resolveRoute<Req>(options: RouteOptions<Req>, defaults?: Resolve
     keyRequired: options.keyRequired ?? defaults?.keyRequired ?? true,
     retryable: options.retryable !== undefined ? resolveRetryable(options.retryable) : (defaults?.retryable ?? defaultRetryable),
     isFinal: options.finalErrors !== undefined ? resolveFinalErrors(options.finalErrors) : (defaults?.isFinal ?? noFinalErrors),
+    timeLimit: options.timeLimit !== undefined ? resolveTimeLimit(options.timeLimit) : defaults?.timeLimit,
   };
 }
 
@@ -264,6 +279,7 @@ export class Idempotency<Req = unknown> {
   errorAnswer(error: unknown, report = true): Answer {
     if (error instanceof UnsupportedEnvelopeError) return this.problem('unsupported-envelope');
     if (error instanceof KeyOutcomeError) return this.problem(OUTCOME_PROBLEMS[error.outcome]);
+    if (error instanceof TimeLimitError) return this.problem('time-limit');
     if (isUnavailable(error)) return this.problem('unavailable');
     if (error instanceof FingerprintError) return this.problem('invalid-request', error.message);
     const code = sqlstateProblem(sqlstate(error));
@@ -314,11 +330,12 @@ export class Idempotency<Req = unknown> {
     let reserved!: () => void;
     const handed = new Promise<undefined>((resolve) => { reserved = () => resolve(undefined); });
     const result = this.run(params, (client) => {
-      transaction.attach(client, params);
+      transaction.attach(client, params, route.timeLimit);
       reserved();
       return transaction.completion;
-    }, { retryable: route.retryable });
+    }, { retryable: route.retryable, timeLimit: route.timeLimit });
     transaction.result = result;
+    result.catch((error: unknown) => transaction.timedOut(error));
     const first = await Promise.race([handed, result.then((r) => r, (error: unknown) => ({ error }))]);
     if (first === undefined) return { kind: 'new', transaction };
     if ('error' in first) return this.errorAnswer(first.error);
@@ -362,6 +379,8 @@ export class IdempotencyTransaction {
   readonly #library: Idempotency<any>;
   #client: PoolClient | undefined;
   #params: ReserveParams | undefined;
+  #timeLimit: number | undefined;
+  #started = 0;
   #done = false;
   #complete!: (completion: Completion) => void;
   #abort!: (error: unknown) => void;
@@ -382,9 +401,20 @@ export class IdempotencyTransaction {
   }
 
   /** @internal Called by the runner's function with the transaction's client. */
-  attach(client: PoolClient, params: ReserveParams): void {
+  attach(client: PoolClient, params: ReserveParams, timeLimit: number | undefined): void {
     this.#client = client;
     this.#params = params;
+    this.#timeLimit = timeLimit;
+    this.#started = Date.now();
+  }
+
+  /**
+   * The mapping's answer for an error of the handler: a statement the time
+   * limit's `statement_timeout` cancelled is 503 `time-limit`, as the
+   * runner sees it.
+   */
+  answerFor(error: unknown, report = true): Answer {
+    return this.#library.errorAnswer(pastTimeLimit(error, this.#timeLimit, this.#started), report);
   }
 
   /** The transaction's client: run the handler's SQL on it, and do not release it. */
@@ -402,6 +432,20 @@ export class IdempotencyTransaction {
   /** True once finished or failed. */
   get done(): boolean {
     return this.#done;
+  }
+
+  /**
+   * @internal Called by the integration with the answer to send at once
+   * when the handler runs past the route's time limit (the transaction is
+   * rolled back already); what the handler sends after it is not sent.
+   */
+  onTimeLimit: ((answer: Answer) => void) | undefined;
+
+  /** @internal The runner failed before the handler finished: past the time limit, the answer goes out now. */
+  timedOut(error: unknown): void {
+    if (this.#done || !(error instanceof TimeLimitError)) return;
+    this.#done = true;
+    this.onTimeLimit?.(this.#library.errorAnswer(error));
   }
 
   /**
@@ -452,6 +496,6 @@ export class IdempotencyTransaction {
       this.#abort(error);
       await this.result.catch(() => undefined);
     }
-    return this.#library.errorAnswer(error, report);
+    return this.answerFor(error, report);
   }
 }

@@ -184,7 +184,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
     };
     req.idempotency = context;
     res.locals.idempotency = context;
-    captureResponse(res, async (captured) => {
+    const sendInstead = captureResponse(res, async (captured) => {
       if (context.error !== undefined) {
         // the error handler's answer goes out; nothing is kept
         await transaction.fail(context.error, false);
@@ -192,6 +192,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       }
       return transaction.finish(captured);
     });
+    transaction.onTimeLimit = (answer) => sendInstead(answer.response);
     next();
   };
 
@@ -223,7 +224,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       next(error);
       return;
     }
-    send(res, library.errorAnswer(error));
+    send(res, context.transaction.answerFor(error));
   };
   return middleware;
 }

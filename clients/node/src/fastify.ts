@@ -158,6 +158,9 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       transaction: begun.transaction,
       isFinal: route.isFinal,
     };
+    begun.transaction.onTimeLimit = (answer) => {
+      void send(reply, answer);
+    };
     return undefined;
   };
 

@@ -29,6 +29,7 @@ export {
   type RunPolicy,
   type RunResult,
   StuckError,
+  TimeLimitError,
 } from './runner.js';
 export {
   type CapturedResponse,

@@ -17,6 +17,7 @@ export type ProblemCode =
   | 'read-only'
   | 'retry'
   | 'unavailable'
+  | 'time-limit'
   | 'unsupported-envelope'
   | 'payload-too-large'
   | 'internal-error';
@@ -83,6 +84,10 @@ export const DEFAULT_MAPPING: Readonly<Mapping> = Object.freeze({
   unavailable: {
     status: 503, title: 'Database unavailable', retryAfter: true,
     detail: 'The database cannot be reached; retry later.',
+  },
+  'time-limit': {
+    status: 503, title: 'Request time limit', retryAfter: true,
+    detail: 'The request ran past its time limit and was rolled back; retry it.',
   },
   'unsupported-envelope': {
     status: 500, title: 'Stored response unreadable', retryAfter: false,

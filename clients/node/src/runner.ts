@@ -32,6 +32,26 @@ export interface RunPolicy {
   retryable?: (status: number) => boolean;
   /** The completion of a raised error that is final (completed and committed), or undefined to roll it back (the default). */
   final?: (error: unknown) => Completion | undefined;
+  /**
+   * Milliseconds `fn` may run; past them its connection is closed (the
+   * server rolls the transaction back and frees the key) and
+   * {@link TimeLimitError} is thrown, whatever `fn` still does. The
+   * transaction's `statement_timeout` is set to it too, so that a
+   * statement still running is cancelled: the key is free at the latest
+   * twice the limit after `fn` started. Default none.
+   */
+  timeLimit?: number;
+}
+
+/** The function ran past the time limit: its transaction was rolled back (its connection closed) and the key freed. */
+export class TimeLimitError extends Error {
+  readonly timeLimit: number;
+
+  constructor(timeLimit: number) {
+    super(`The request ran past its time limit of ${timeLimit} ms and was rolled back.`);
+    this.name = 'TimeLimitError';
+    this.timeLimit = timeLimit;
+  }
 }
 
 /** The outcome of {@link runUnderKey}: the function ran (`new`), or the stored response (`replay`). */
@@ -69,6 +89,24 @@ export class MismatchError extends KeyOutcomeError {
   constructor() {
     super('mismatch', 'This key was already used with another request.');
   }
+}
+
+/**
+ * An error of a function run under a time limit, as the runner sees it: a
+ * statement cancelled (`57014`) once the limit has passed is the time
+ * limit's `statement_timeout`, so a {@link TimeLimitError}.
+ */
+export function pastTimeLimit(error: unknown, timeLimit: number | undefined, started: number): unknown {
+  if (timeLimit !== undefined && (error as { code?: unknown } | null)?.code === '57014' && Date.now() - started >= timeLimit) {
+    return new TimeLimitError(timeLimit);
+  }
+  return error;
+}
+
+/** A time limit as the integer SET takes, or a TypeError. */
+function checkedTimeLimit(timeLimit: number): number {
+  if (!Number.isInteger(timeLimit) || timeLimit <= 0) throw new TypeError('timeLimit must be a positive whole number of milliseconds');
+  return timeLimit;
 }
 
 /** The two calls, schema-qualified. */
@@ -109,7 +147,7 @@ export async function runUnderKey(
   guard(client);
   let row: ReserveRow;
   try {
-    await client.query('BEGIN');
+    await client.query(policy.timeLimit === undefined ? 'BEGIN' : `BEGIN; SET LOCAL statement_timeout = ${checkedTimeLimit(policy.timeLimit)}`);
     const result = await client.query<ReserveRow>(sql.reserve, [params.operation, params.key, params.request, params.scope, params.ttl]);
     row = result.rows[0]!;
     if (row.outcome !== 'new') await client.query('COMMIT');
@@ -133,15 +171,30 @@ export async function runUnderKey(
     }
   }
   let completion: Completion;
+  let timer: NodeJS.Timeout | undefined;
+  const started = Date.now();
   try {
-    completion = await fn(client);
-  } catch (error) {
+    const { timeLimit } = policy;
+    completion = timeLimit === undefined ? await fn(client) : await Promise.race([
+      fn(client),
+      new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(new TimeLimitError(timeLimit)), timeLimit); }),
+    ]);
+  } catch (raised) {
+    const error = pastTimeLimit(raised, policy.timeLimit, started);
+    if (error instanceof TimeLimitError) {
+      // fn may still be using the client: closing its connection rolls the
+      // transaction back and frees the key, and fails what fn does next
+      release(client, error);
+      throw error;
+    }
     const final = policy.final?.(error);
     if (final === undefined) {
       await rollbackAndRelease(client);
       throw error;
     }
     completion = final;
+  } finally {
+    clearTimeout(timer);
   }
   if ((policy.retryable ?? defaultRetryable)(completion.status)) {
     await rollbackAndRelease(client);

@@ -74,6 +74,9 @@ async function act(client: pg.PoolClient, key: string, body: { note?: string; te
       await client.query('SELECT 1');
       return { status: 201, headers: [], body: { ok: true } };
     }
+    case 'hang-sql':
+      await client.query('SELECT pg_sleep(5)');
+      break;
     case 'slow':
       slowStarted();
       await sleep(400);
@@ -95,7 +98,7 @@ const principal = (authorization: string | undefined) => {
 /** Stored and replayed: the framing headers are here to show they are never replayed all the same. */
 const replayHeaders = ['content-type', 'location', 'x-allowed', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'te', 'trailer', 'upgrade', 'proxy-connection'];
 /** Settings of one app over the shared ones (another pool, a body limit). */
-type Overrides = Partial<Pick<IdempotencyOptions, 'pool' | 'bodyLimit'>>;
+type Overrides = Partial<Pick<IdempotencyOptions, 'pool' | 'bodyLimit' | 'timeLimit'>>;
 /** The settings both apps are created with. */
 const settings = <Req>(scope: (req: Req) => string | undefined, overrides: Overrides): IdempotencyOptions<Req> =>
   ({ pool: db.pool, scope, replayHeaders, finalErrors: [FinalCardDeclined], onError: (error) => reported.push(error), ...overrides });
@@ -462,6 +465,29 @@ drivers.forEach((spec, n) => describe(spec.name, () => {
         assert.equal(await records(k('big')), 0);
       } finally {
         await small.close();
+      }
+    });
+    it('a handler past the time limit is 503 time-limit with Retry-After at once, rolled back, and its key freed', async () => {
+      const limited = await spec.start({ timeLimit: 300 });
+      const key = k('hang');
+      try {
+        const start = Date.now();
+        const r = await limited.post({ key, body: { note: 'hang-sql' } });
+        assert.ok(Date.now() - start < 2000, `answered after ${Date.now() - start} ms`);
+        assert.equal(r.status, 503, r.text);
+        assert.equal(problem(r)?.code, 'time-limit');
+        assert.equal(r.headers['retry-after'], '1');
+        // the statement is cancelled within the limit again: then the key is free
+        let retry = await limited.post({ key, body: { note: 'ok' } });
+        for (let i = 0; i < 20 && retry.status === 409; i++) {
+          await sleep(100);
+          retry = await limited.post({ key, body: { note: 'ok' } });
+        }
+        assert.ok(Date.now() - start < 3000, `the key was free after ${Date.now() - start} ms`);
+        assert.equal(retry.status, 201, retry.text);
+        assert.equal(await effects(key), 1);
+      } finally {
+        await limited.close();
       }
     });
     if (spec.realServer) it('commits when the client goes away before the answer, so its retry replays', async () => {

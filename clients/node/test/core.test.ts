@@ -6,9 +6,9 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { PoolClient } from 'pg';
 import {
-  type Completion, Idempotency, InProgressError, KeyOutcomeError, MismatchError, StuckError,
+  type Completion, Idempotency, InProgressError, KeyOutcomeError, MismatchError, type RunResult, StuckError, TimeLimitError,
 } from '../src/index.js';
-import { createDatabase, holdReservation, type TestDatabase } from './helpers.js';
+import { createDatabase, holdReservation, sleep, type TestDatabase } from './helpers.js';
 
 let db: TestDatabase;
 let idem: Idempotency;
@@ -107,6 +107,31 @@ describe('Idempotency.run', () => {
   it('a response the server cannot store is rolled back and raised (22P05)', async () => {
     await assert.rejects(idem.run(params('nul'), insert('nul', 200, { s: 'a\u0000b' })), { code: '22P05' });
     assert.equal(await effects('nul') + await records('nul'), 0);
+  });
+  it('a function past the time limit: TimeLimitError at the limit, rolled back, the key free again', async () => {
+    for (const [label, hang] of [
+      ['JavaScript', () => sleep(2000)],
+      ['a statement', (client: PoolClient) => client.query('SELECT pg_sleep(5)')],
+    ] as [string, (client: PoolClient) => Promise<unknown>][]) {
+      const key = `limit-${label}`;
+      const start = Date.now();
+      await assert.rejects(idem.run(params(key), async (client) => {
+        await insert(key)(client);
+        await hang(client);
+        return { status: 200, response: '{}' };
+      }, { timeLimit: 200 }), TimeLimitError);
+      assert.ok(Date.now() - start < 1000, `${label}: thrown after ${Date.now() - start} ms`);
+      let r: RunResult | undefined;
+      while (r === undefined && Date.now() - start < 1500) {
+        r = await idem.run(params(key), insert(key)).catch((e: unknown) => {
+          if (!(e instanceof InProgressError)) throw e;
+          return sleep(50).then(() => undefined);
+        });
+      }
+      assert.equal(r?.outcome, 'new', `${label}: the key is free within twice the limit`);
+      assert.equal(await effects(key), 1);
+    }
+    await sleep(2000); // the JavaScript function ends; what it returns is dropped
   });
   it('returns every client to the pool', () => {
     assert.equal(db.pool.totalCount - db.pool.idleCount, 0);

@@ -169,6 +169,8 @@ describe('the mapping', () => {
       'unsupported-envelope': [500, false], 'payload-too-large': [413, false], 'internal-error': [500, false],
       // the database cannot be reached: a row proposed for doc/clients.md (issue 40, item 5)
       unavailable: [503, true],
+      // past the route's time limit: a row proposed for doc/clients.md (issue 40, item 4)
+      'time-limit': [503, true],
     });
   });
   it('answers problem+json with Retry-After, which the user can change', () => {
