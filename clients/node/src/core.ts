@@ -27,7 +27,7 @@ import {
   sqlstateProblem,
 } from './mapping.js';
 import {
-  type Completion, defaultRetryable, KeyOutcomeError, pastTimeLimit, TimeLimitError, type ReserveParams, type RunPolicy, type RunResult, type RunnerSql, runUnderKey,
+  AcquireTimeoutError, type Completion, defaultRetryable, KeyOutcomeError, pastTimeLimit, TimeLimitError, type ReserveParams, type RunPolicy, type RunResult, type RunnerSql, runUnderKey,
 } from './runner.js';
 import { checkExtensionVersion, type ExtensionInfo } from './version.js';
 
@@ -90,6 +90,12 @@ export interface IdempotencyOptions<Req = unknown> extends RouteOptions<Req> {
   methods?: readonly string[];
   /** The largest request body read, in bytes; default 1 MiB (larger: 413 `payload-too-large`). */
   bodyLimit?: number;
+  /**
+   * Milliseconds a request waits for a client from the pool; past them it
+   * is answered 503 `unavailable` with `Retry-After`. Default 10000 (the
+   * pool's own `connectionTimeoutMillis` applies too, when it is shorter).
+   */
+  acquireTimeout?: number;
   /** Reports an error the client is answered 500 for (default: `console.error`). */
   onError?: (error: unknown) => void;
 }
@@ -226,6 +232,7 @@ export class Idempotency<Req = unknown> {
   readonly replayHeaders: ReadonlySet<string>;
   readonly methods: ReadonlySet<string>;
   readonly bodyLimit: number;
+  readonly acquireTimeout: number;
   readonly route: ResolvedRoute<Req>;
   readonly scope: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
   readonly extension: ExtensionInfo;
@@ -241,6 +248,7 @@ export class Idempotency<Req = unknown> {
     this.replayHeaders = new Set((options.replayHeaders ?? ['content-type', 'location']).map((h) => h.toLowerCase()));
     this.methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
     this.bodyLimit = options.bodyLimit ?? 1024 * 1024;
+    this.acquireTimeout = options.acquireTimeout ?? 10000;
     this.route = resolveRoute(options);
     this.extension = extension;
     this.onError = options.onError ?? ((error) => console.error('pg-idempotency:', error));
@@ -280,7 +288,7 @@ export class Idempotency<Req = unknown> {
     if (error instanceof UnsupportedEnvelopeError) return this.problem('unsupported-envelope');
     if (error instanceof KeyOutcomeError) return this.problem(OUTCOME_PROBLEMS[error.outcome]);
     if (error instanceof TimeLimitError) return this.problem('time-limit');
-    if (isUnavailable(error)) return this.problem('unavailable');
+    if (error instanceof AcquireTimeoutError || isUnavailable(error)) return this.problem('unavailable');
     if (error instanceof FingerprintError) return this.problem('invalid-request', error.message);
     const code = sqlstateProblem(sqlstate(error));
     if (code === 'internal-error' && report) this.onError(error);
@@ -316,7 +324,7 @@ export class Idempotency<Req = unknown> {
    *   ROLLBACK, as it was raised.
    */
   run(params: ReserveParams, fn: (client: PoolClient) => Promise<Completion>, policy: RunPolicy = {}): Promise<RunResult> {
-    return runUnderKey(this.pool, this.sql, params, fn, { retryable: this.route.retryable, ...policy });
+    return runUnderKey(this.pool, this.sql, params, fn, { retryable: this.route.retryable, acquireTimeout: this.acquireTimeout, ...policy });
   }
 
   /**
@@ -364,6 +372,9 @@ function validateOptions(options: IdempotencyOptions<never>): void {
   }
   if (options.retryAfter !== undefined && (!Number.isInteger(options.retryAfter) || options.retryAfter < 0)) {
     throw new TypeError('retryAfter must be a whole number of seconds');
+  }
+  if (options.acquireTimeout !== undefined && (!Number.isInteger(options.acquireTimeout) || options.acquireTimeout <= 0)) {
+    throw new TypeError('acquireTimeout must be a positive whole number of milliseconds');
   }
   if (options.bodyLimit !== undefined && (!Number.isInteger(options.bodyLimit) || options.bodyLimit < 0)) {
     throw new TypeError('bodyLimit must be a whole number of bytes');

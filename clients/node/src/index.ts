@@ -22,6 +22,7 @@ export {
   type Started,
 } from './core.js';
 export {
+  AcquireTimeoutError,
   type Completion,
   InProgressError,
   KeyOutcomeError,

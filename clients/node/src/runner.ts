@@ -41,6 +41,16 @@ export interface RunPolicy {
    * twice the limit after `fn` started. Default none.
    */
   timeLimit?: number;
+  /** Milliseconds to wait for a client from the pool; past them {@link AcquireTimeoutError}. Default none (the pool's own `connectionTimeoutMillis`). */
+  acquireTimeout?: number;
+}
+
+/** No client from the pool within the acquisition deadline. */
+export class AcquireTimeoutError extends Error {
+  constructor(acquireTimeout: number) {
+    super(`No database connection from the pool within ${acquireTimeout} ms.`);
+    this.name = 'AcquireTimeoutError';
+  }
 }
 
 /** The function ran past the time limit: its transaction was rolled back (its connection closed) and the key freed. */
@@ -143,7 +153,7 @@ export async function runUnderKey(
   fn: (client: PoolClient) => Promise<Completion>,
   policy: RunPolicy = {},
 ): Promise<RunResult> {
-  const client = await pool.connect();
+  const client = await acquire(pool, policy.acquireTimeout);
   guard(client);
   let row: ReserveRow;
   try {
@@ -209,6 +219,24 @@ export async function runUnderKey(
   }
   release(client);
   return { outcome: 'new', ...completion, committed: true };
+}
+
+/** A client from the pool, waiting at most `acquireTimeout` ms; a client that comes later goes straight back. */
+async function acquire(pool: Pool, acquireTimeout: number | undefined): Promise<PoolClient> {
+  if (acquireTimeout === undefined) return pool.connect();
+  const pending = pool.connect();
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      pending,
+      new Promise<never>((_resolve, reject) => { timer = setTimeout(() => reject(new AcquireTimeoutError(acquireTimeout)), acquireTimeout); }),
+    ]);
+  } catch (error) {
+    if (error instanceof AcquireTimeoutError) pending.then((client) => client.release(), () => undefined);
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 const guards = new WeakMap<PoolClient, (error: Error) => void>();

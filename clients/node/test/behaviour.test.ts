@@ -98,7 +98,7 @@ const principal = (authorization: string | undefined) => {
 /** Stored and replayed: the framing headers are here to show they are never replayed all the same. */
 const replayHeaders = ['content-type', 'location', 'x-allowed', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'te', 'trailer', 'upgrade', 'proxy-connection'];
 /** Settings of one app over the shared ones (another pool, a body limit). */
-type Overrides = Partial<Pick<IdempotencyOptions, 'pool' | 'bodyLimit' | 'timeLimit'>>;
+type Overrides = Partial<Pick<IdempotencyOptions, 'pool' | 'bodyLimit' | 'timeLimit' | 'acquireTimeout'>>;
 /** The settings both apps are created with. */
 const settings = <Req>(scope: (req: Req) => string | undefined, overrides: Overrides): IdempotencyOptions<Req> =>
   ({ pool: db.pool, scope, replayHeaders, finalErrors: [FinalCardDeclined], onError: (error) => reported.push(error), ...overrides });
@@ -692,6 +692,23 @@ drivers.forEach((spec, n) => describe(spec.name, () => {
         assert.equal(await records(k('pool-timeout')), 0);
       } finally {
         held.release();
+        await other.close();
+        await pool.end();
+      }
+    });
+    it('no client from the pool within acquireTimeout (a pool that would wait without end) is 503 unavailable', async () => {
+      const pool = new pg.Pool({ database: db.name, max: 1 });
+      const other = await spec.start({ pool, acquireTimeout: 200 });
+      const held = await pool.connect();
+      try {
+        const start = Date.now();
+        unavailable(await other.post({ key: k('acquire-timeout'), body: { note: 'ok' } }));
+        assert.ok(Date.now() - start < 2000);
+        assert.equal(await records(k('acquire-timeout')), 0);
+      } finally {
+        held.release();
+        await sleep(100); // the abandoned wait gets the client, and gives it back
+        assert.equal(pool.totalCount - pool.idleCount, 0);
         await other.close();
         await pool.end();
       }
