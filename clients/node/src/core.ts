@@ -91,6 +91,12 @@ export interface IdempotencyOptions<Req = unknown> extends RouteOptions<Req> {
   /** The largest request body read, in bytes; default 1 MiB (larger: 413 `payload-too-large`). */
   bodyLimit?: number;
   /**
+   * The largest response stored, in bytes of its envelope's JSON text;
+   * default 1 MiB. A larger one is rolled back and answered 500
+   * `internal-error` (the retry runs again), so that no replay loads more.
+   */
+  responseLimit?: number;
+  /**
    * Milliseconds a request waits for a client from the pool; past them it
    * is answered 503 `unavailable` with `Retry-After`. Default 10000 (the
    * pool's own `connectionTimeoutMillis` applies too, when it is shorter).
@@ -233,6 +239,7 @@ export class Idempotency<Req = unknown> {
   readonly methods: ReadonlySet<string>;
   readonly bodyLimit: number;
   readonly acquireTimeout: number;
+  readonly responseLimit: number;
   readonly route: ResolvedRoute<Req>;
   readonly scope: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
   readonly extension: ExtensionInfo;
@@ -249,6 +256,7 @@ export class Idempotency<Req = unknown> {
     this.methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
     this.bodyLimit = options.bodyLimit ?? 1024 * 1024;
     this.acquireTimeout = options.acquireTimeout ?? 10000;
+    this.responseLimit = options.responseLimit ?? 1024 * 1024;
     this.route = resolveRoute(options);
     this.extension = extension;
     this.onError = options.onError ?? ((error) => console.error('pg-idempotency:', error));
@@ -324,7 +332,7 @@ export class Idempotency<Req = unknown> {
    *   ROLLBACK, as it was raised.
    */
   run(params: ReserveParams, fn: (client: PoolClient) => Promise<Completion>, policy: RunPolicy = {}): Promise<RunResult> {
-    return runUnderKey(this.pool, this.sql, params, fn, { retryable: this.route.retryable, acquireTimeout: this.acquireTimeout, ...policy });
+    return runUnderKey(this.pool, this.sql, params, fn, { retryable: this.route.retryable, acquireTimeout: this.acquireTimeout, responseLimit: this.responseLimit, ...policy });
   }
 
   /**
@@ -372,6 +380,9 @@ function validateOptions(options: IdempotencyOptions<never>): void {
   }
   if (options.retryAfter !== undefined && (!Number.isInteger(options.retryAfter) || options.retryAfter < 0)) {
     throw new TypeError('retryAfter must be a whole number of seconds');
+  }
+  if (options.responseLimit !== undefined && (!Number.isInteger(options.responseLimit) || options.responseLimit < 0)) {
+    throw new TypeError('responseLimit must be a whole number of bytes');
   }
   if (options.acquireTimeout !== undefined && (!Number.isInteger(options.acquireTimeout) || options.acquireTimeout <= 0)) {
     throw new TypeError('acquireTimeout must be a positive whole number of milliseconds');

@@ -28,6 +28,7 @@ export {
   KeyOutcomeError,
   MismatchError,
   type RunPolicy,
+  ResponseTooLargeError,
   type RunResult,
   StuckError,
   TimeLimitError,

@@ -41,8 +41,18 @@ export interface RunPolicy {
    * twice the limit after `fn` started. Default none.
    */
   timeLimit?: number;
+  /** The largest response stored, in bytes of its JSON text; over it the transaction rolls back and {@link ResponseTooLargeError} is thrown. Default none. */
+  responseLimit?: number;
   /** Milliseconds to wait for a client from the pool; past them {@link AcquireTimeoutError}. Default none (the pool's own `connectionTimeoutMillis`). */
   acquireTimeout?: number;
+}
+
+/** A completion whose response is over the limit of what is stored: rolled back. */
+export class ResponseTooLargeError extends Error {
+  constructor(size: number, limit: number) {
+    super(`The response is ${size} bytes, over the ${limit} bytes that are stored; it was rolled back.`);
+    this.name = 'ResponseTooLargeError';
+  }
 }
 
 /** No client from the pool within the acquisition deadline. */
@@ -209,6 +219,11 @@ export async function runUnderKey(
   if ((policy.retryable ?? defaultRetryable)(completion.status)) {
     await rollbackAndRelease(client);
     return { outcome: 'new', ...completion, committed: false };
+  }
+  const size = completion.response === null ? 0 : Buffer.byteLength(completion.response);
+  if (policy.responseLimit !== undefined && size > policy.responseLimit) {
+    await rollbackAndRelease(client);
+    throw new ResponseTooLargeError(size, policy.responseLimit);
   }
   try {
     await client.query(sql.complete, [params.operation, params.key, completion.response, completion.status, params.scope]);

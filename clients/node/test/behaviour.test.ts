@@ -74,6 +74,7 @@ async function act(client: pg.PoolClient, key: string, body: { note?: string; te
       await client.query('SELECT 1');
       return { status: 201, headers: [], body: { ok: true } };
     }
+    case 'big-body': return { status: 201, headers: [['content-type', json]], body: { s: 'x'.repeat(500) } };
     case 'hang-sql':
       await client.query('SELECT pg_sleep(5)');
       break;
@@ -98,7 +99,7 @@ const principal = (authorization: string | undefined) => {
 /** Stored and replayed: the framing headers are here to show they are never replayed all the same. */
 const replayHeaders = ['content-type', 'location', 'x-allowed', 'content-length', 'transfer-encoding', 'connection', 'keep-alive', 'te', 'trailer', 'upgrade', 'proxy-connection'];
 /** Settings of one app over the shared ones (another pool, a body limit). */
-type Overrides = Partial<Pick<IdempotencyOptions, 'pool' | 'bodyLimit' | 'timeLimit' | 'acquireTimeout'>>;
+type Overrides = Partial<Pick<IdempotencyOptions, 'pool' | 'bodyLimit' | 'timeLimit' | 'acquireTimeout' | 'responseLimit'>>;
 /** The settings both apps are created with. */
 const settings = <Req>(scope: (req: Req) => string | undefined, overrides: Overrides): IdempotencyOptions<Req> =>
   ({ pool: db.pool, scope, replayHeaders, finalErrors: [FinalCardDeclined], onError: (error) => reported.push(error), ...overrides });
@@ -465,6 +466,22 @@ drivers.forEach((spec, n) => describe(spec.name, () => {
         assert.equal(await records(k('big')), 0);
       } finally {
         await small.close();
+      }
+    });
+    it('a response over responseLimit is rolled back: 500 internal-error, no row, no record, and the retry runs again', async () => {
+      const limited = await spec.start({ responseLimit: 400 });
+      const key = k('big-body');
+      try {
+        for (let attempt = 1; attempt <= 2; attempt++) {
+          const r = await limited.post({ key, body: { note: 'big-body' } });
+          assert.equal(r.status, 500, r.text);
+          assert.equal(problem(r)?.code, 'internal-error');
+          assert.equal(await effects(key), 0);
+          assert.equal(await records(key), 0);
+        }
+        assert.equal((await limited.post({ key: k('small-body'), body: { note: 'ok' } })).status, 201);
+      } finally {
+        await limited.close();
       }
     });
     it('a handler past the time limit is 503 time-limit with Retry-After at once, rolled back, and its key freed', async () => {

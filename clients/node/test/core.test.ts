@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { PoolClient } from 'pg';
 import {
-  type Completion, Idempotency, InProgressError, KeyOutcomeError, MismatchError, type RunResult, StuckError, TimeLimitError,
+  type Completion, Idempotency, InProgressError, KeyOutcomeError, MismatchError, ResponseTooLargeError, type RunResult, StuckError, TimeLimitError,
 } from '../src/index.js';
 import { createDatabase, holdReservation, sleep, type TestDatabase } from './helpers.js';
 
@@ -103,6 +103,11 @@ describe('Idempotency.run', () => {
     assert.equal(again.outcome, 'replay');
     assert.equal(again.status, 402);
     assert.equal(await effects('final'), 1);
+  });
+  it('a response over the responseLimit is rolled back: ResponseTooLargeError', async () => {
+    await assert.rejects(idem.run(params('big'), insert('big', 200, { s: 'x'.repeat(100) }), { responseLimit: 50 }), ResponseTooLargeError);
+    assert.equal(await effects('big') + await records('big'), 0);
+    assert.equal((await idem.run(params('big'), insert('big', 200, { s: 'x'.repeat(10) }), { responseLimit: 50 })).outcome, 'new');
   });
   it('a response the server cannot store is rolled back and raised (22P05)', async () => {
     await assert.rejects(idem.run(params('nul'), insert('nul', 200, { s: 'a\u0000b' })), { code: '22P05' });
