@@ -6,7 +6,9 @@
  */
 
 import type { Pool, PoolClient } from 'pg';
-import { type CapturedResponse, decodeEnvelope, encodeEnvelope, UnsupportedEnvelopeError } from './envelope.js';
+import {
+  type CapturedResponse, decodeEnvelope, encodeEnvelope, UnsendableResponseError, unsendable, UnsupportedEnvelopeError,
+} from './envelope.js';
 import {
   type FingerprintRequest,
   FingerprintError,
@@ -19,11 +21,17 @@ import {
   type Mapping,
   type MappingOverrides,
   type ProblemCode,
+  isUnavailable,
   problemResponse,
   resolveMapping,
   sqlstateProblem,
 } from './mapping.js';
+import {
+  AcquireTimeoutError, type Completion, defaultRetryable, KeyOutcomeError, pastTimeLimit, TimeLimitError, type ReserveParams, type RunPolicy, type RunResult, type RunnerSql, runUnderKey,
+} from './runner.js';
 import { checkExtensionVersion, type ExtensionInfo } from './version.js';
+
+export { defaultRetryable, type ReserveParams } from './runner.js';
 
 /** The settings a route may set for itself (doc/clients.md, "Settings every library has"). */
 export interface RouteOptions<Req = unknown> {
@@ -46,6 +54,20 @@ export interface RouteOptions<Req = unknown> {
   keyRequired?: boolean;
   /** Handler statuses that roll back instead of completing; default every 5xx, 408 and 429. */
   retryable?: readonly number[] | ((status: number) => boolean);
+  /**
+   * Raised errors that are completed with the status and body the framework
+   * resolves for them (and replayed), instead of rolled back: error classes
+   * (`instanceof`), or a predicate of the error. Default none: every raised
+   * error rolls back, whatever its status.
+   */
+  finalErrors?: readonly (abstract new (...args: never[]) => unknown)[] | ((error: unknown) => boolean);
+  /**
+   * Milliseconds the handler may hold the key's transaction; past them the
+   * transaction is rolled back (its connection closed), the key freed, and
+   * the client answered 503 `time-limit` with `Retry-After`. Default none;
+   * keep it below the server's `idempotency.processing_timeout`.
+   */
+  timeLimit?: number;
 }
 
 /** Every setting. */
@@ -68,12 +90,21 @@ export interface IdempotencyOptions<Req = unknown> extends RouteOptions<Req> {
   methods?: readonly string[];
   /** The largest request body read, in bytes; default 1 MiB (larger: 413 `payload-too-large`). */
   bodyLimit?: number;
+  /**
+   * The largest response stored, in bytes of its envelope's JSON text;
+   * default 1 MiB. A larger one is rolled back and answered 500
+   * `internal-error` (the retry runs again), so that no replay loads more.
+   */
+  responseLimit?: number;
+  /**
+   * Milliseconds a request waits for a client from the pool; past them it
+   * is answered 503 `unavailable` with `Retry-After`. Default 10000 (the
+   * pool's own `connectionTimeoutMillis` applies too, when it is shorter).
+   */
+  acquireTimeout?: number;
   /** Reports an error the client is answered 500 for (default: `console.error`). */
   onError?: (error: unknown) => void;
 }
-
-/** The default of {@link RouteOptions.retryable}: every 5xx, 408 and 429. */
-export const defaultRetryable = (status: number): boolean => status >= 500 || status === 408 || status === 429;
 
 /** A route's settings, checked and resolved. */
 export interface ResolvedRoute<Req> {
@@ -82,6 +113,27 @@ export interface ResolvedRoute<Req> {
   ttl: string | null;
   keyRequired: boolean;
   retryable: (status: number) => boolean;
+  isFinal: (error: unknown) => boolean;
+  timeLimit: number | undefined;
+}
+
+/** The finalErrors setting as a predicate. */
+function resolveFinalErrors(finalErrors: RouteOptions['finalErrors']): (error: unknown) => boolean {
+  if (finalErrors === undefined) return noFinalErrors;
+  if (typeof finalErrors === 'function') return finalErrors;
+  if (!Array.isArray(finalErrors) || finalErrors.some((type) => typeof type !== 'function')) {
+    throw new TypeError('finalErrors must be a list of error classes or a function of the error');
+  }
+  const types = [...finalErrors];
+  return (error) => types.some((type) => error instanceof type);
+}
+
+const noFinalErrors = (): boolean => false;
+
+/** The timeLimit setting, checked. */
+function resolveTimeLimit(timeLimit: number): number {
+  if (!Number.isInteger(timeLimit) || timeLimit <= 0) throw new TypeError('timeLimit must be a positive whole number of milliseconds');
+  return timeLimit;
 }
 
 /** The ttl setting as an interval text, or null for the server's default. */
@@ -121,23 +173,14 @@ export function resolveRoute<Req>(options: RouteOptions<Req>, defaults?: Resolve
     ttl: options.ttl !== undefined ? resolveTtl(options.ttl) : (defaults?.ttl ?? null),
     keyRequired: options.keyRequired ?? defaults?.keyRequired ?? true,
     retryable: options.retryable !== undefined ? resolveRetryable(options.retryable) : (defaults?.retryable ?? defaultRetryable),
+    isFinal: options.finalErrors !== undefined ? resolveFinalErrors(options.finalErrors) : (defaults?.isFinal ?? noFinalErrors),
+    timeLimit: options.timeLimit !== undefined ? resolveTimeLimit(options.timeLimit) : defaults?.timeLimit,
   };
 }
 
 /** Double-quotes an SQL identifier. */
 function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;
-}
-
-/** What one request reserves. */
-export interface ReserveParams {
-  operation: string;
-  key: string;
-  scope: string;
-  /** The request document (JSON text), from {@link requestDocument}. */
-  request: string;
-  /** An interval text, or null for the server's default. */
-  ttl: string | null;
 }
 
 /** The answer to a request that does not run its handler: a replay or a problem. */
@@ -166,6 +209,8 @@ export interface IdempotencyContext {
   readonly transaction: IdempotencyTransaction;
   /** @internal The error the request failed with, which makes the transaction roll back. */
   error?: unknown;
+  /** @internal The route's finalErrors setting: a raised error that is completed, not rolled back. */
+  readonly isFinal: (error: unknown) => boolean;
 }
 
 /** A request whose handler runs, holding its transaction. */
@@ -193,12 +238,14 @@ export class Idempotency<Req = unknown> {
   readonly replayHeaders: ReadonlySet<string>;
   readonly methods: ReadonlySet<string>;
   readonly bodyLimit: number;
+  readonly acquireTimeout: number;
+  readonly responseLimit: number;
   readonly route: ResolvedRoute<Req>;
   readonly scope: (req: Req) => string | null | undefined | Promise<string | null | undefined>;
   readonly extension: ExtensionInfo;
   readonly onError: (error: unknown) => void;
   /** @internal The two calls, schema-qualified. */
-  readonly sql: { readonly reserve: string; readonly complete: string };
+  readonly sql: RunnerSql;
 
   private constructor(options: IdempotencyOptions<Req>, extension: ExtensionInfo) {
     this.pool = options.pool;
@@ -208,9 +255,17 @@ export class Idempotency<Req = unknown> {
     this.replayHeaders = new Set((options.replayHeaders ?? ['content-type', 'location']).map((h) => h.toLowerCase()));
     this.methods = new Set((options.methods ?? ['POST', 'PATCH']).map((m) => m.toUpperCase()));
     this.bodyLimit = options.bodyLimit ?? 1024 * 1024;
+    this.acquireTimeout = options.acquireTimeout ?? 10000;
+    this.responseLimit = options.responseLimit ?? 1024 * 1024;
     this.route = resolveRoute(options);
     this.extension = extension;
     this.onError = options.onError ?? ((error) => console.error('pg-idempotency:', error));
+    if (this.pool.listenerCount('error') === 0) {
+      // node-postgres emits an idle client's lost connection (a server
+      // restart) on the pool, which without a listener ends the process;
+      // the pool drops that client and connects anew on the next request
+      this.pool.on('error', (error) => this.onError(error));
+    }
     const schema = quoteIdent(extension.schema);
     this.sql = {
       reserve: `SELECT r.outcome, r.response_status, r.response::text AS response, (r.response -> 'body')::text AS body
@@ -239,6 +294,9 @@ export class Idempotency<Req = unknown> {
   /** The answer for an error: its SQLSTATE's case, else `internal-error` (reported with `onError`). */
   errorAnswer(error: unknown, report = true): Answer {
     if (error instanceof UnsupportedEnvelopeError) return this.problem('unsupported-envelope');
+    if (error instanceof KeyOutcomeError) return this.problem(OUTCOME_PROBLEMS[error.outcome]);
+    if (error instanceof TimeLimitError) return this.problem('time-limit');
+    if (error instanceof AcquireTimeoutError || isUnavailable(error)) return this.problem('unavailable');
     if (error instanceof FingerprintError) return this.problem('invalid-request', error.message);
     const code = sqlstateProblem(sqlstate(error));
     if (code === 'internal-error' && report) this.onError(error);
@@ -256,82 +314,60 @@ export class Idempotency<Req = unknown> {
   }
 
   /**
-   * Borrows a client, BEGINs and reserves the key. On `new`, the
-   * transaction stays open for the handler: finish it with
-   * {@link IdempotencyTransaction.finish} or {@link IdempotencyTransaction.fail}.
-   * Every other outcome is answered here (the client is released).
+   * The core runner: runs `fn` under a key in one transaction (reserve;
+   * on `new`, `fn` with the transaction's client; complete and COMMIT, or
+   * ROLLBACK for a retryable status or a raised error that is not final).
+   * The HTTP integrations are its callers.
+   *
+   * @param fn - gets the open transaction's client (run its SQL there; do
+   *   not release it or COMMIT) and returns the completion: a status and
+   *   the response to store as JSON text.
+   * @param policy - the retryable statuses (default the route setting's)
+   *   and the completion of a final error.
+   * @returns `new` with the completion, after COMMIT (`committed` false
+   *   when a retryable status rolled back), or `replay` with the stored
+   *   status and response, `fn` not called.
+   * @throws InProgressError, StuckError, MismatchError (a
+   *   {@link KeyOutcomeError}) for those outcomes; any other error after
+   *   ROLLBACK, as it was raised.
    */
-  async begin(params: ReserveParams): Promise<Answer | Started> {
-    let client: PoolClient;
-    try {
-      client = await this.pool.connect();
-    } catch (error) {
-      return this.errorAnswer(error);
-    }
-    guard(client);
-    let outcome: string;
-    let row: { outcome: string; response_status: number | null; response: string | null; body: string | null };
-    try {
-      await client.query('BEGIN');
-      const result = await client.query<typeof row>(this.sql.reserve, [
-        params.operation, params.key, params.request, params.scope, params.ttl,
-      ]);
-      row = result.rows[0]!;
-      outcome = row.outcome;
-      if (outcome === 'new') {
-        return { kind: 'new', transaction: new IdempotencyTransaction(this, client, params) };
-      }
-      await client.query('COMMIT');
-    } catch (error) {
-      await rollbackAndRelease(client, error);
-      return this.errorAnswer(error);
-    }
-    release(client);
-    switch (outcome) {
-      case 'replay':
-        try {
-          const response = decodeEnvelope(row.response_status ?? 200, row.response, row.body);
-          response.headers['idempotent-replayed'] = 'true';
-          return { kind: 'answer', response };
-        } catch (error) {
-          return this.errorAnswer(error);
-        }
-      case 'in_progress':
-        return this.problem('in-progress');
-      case 'stuck':
-        return this.problem('stuck');
-      case 'mismatch':
-        return this.problem('mismatch');
-      default:
-        return this.errorAnswer(new Error(`idem_reserve answered an unknown outcome "${outcome}"`));
-    }
+  run(params: ReserveParams, fn: (client: PoolClient) => Promise<Completion>, policy: RunPolicy = {}): Promise<RunResult> {
+    return runUnderKey(this.pool, this.sql, params, fn, { retryable: this.route.retryable, acquireTimeout: this.acquireTimeout, responseLimit: this.responseLimit, ...policy });
   }
 
   /**
-   * Runs one request in one transaction: reserve; on `new`, the handler
-   * with the transaction's client; then complete and COMMIT, or ROLLBACK
-   * when the handler throws or returns a retryable status. The commit is
-   * never abandoned: nothing here listens for the HTTP client going away.
-   *
-   * @returns the response to send: the handler's, a replay's, or the
-   *   mapping's answer (also for an error the handler throws, after the ROLLBACK).
+   * Reserves the key for an HTTP request, through {@link run}. On `new`,
+   * the transaction stays open for the handler: finish it with
+   * {@link IdempotencyTransaction.finish} or {@link IdempotencyTransaction.fail}.
+   * Every other outcome is answered here (a replay, or the mapping's answer).
    */
-  async run(
-    params: ReserveParams,
-    handler: (client: PoolClient) => Promise<CapturedResponse>,
-    route: ResolvedRoute<Req> = this.route,
-  ): Promise<CapturedResponse> {
-    const begun = await this.begin(params);
-    if (begun.kind === 'answer') return begun.response;
-    let response: CapturedResponse;
+  async begin(params: ReserveParams, route: ResolvedRoute<Req> = this.route): Promise<Answer | Started> {
+    const transaction = new IdempotencyTransaction(this);
+    let reserved!: () => void;
+    const handed = new Promise<undefined>((resolve) => { reserved = () => resolve(undefined); });
+    const result = this.run(params, (client) => {
+      transaction.attach(client, params, route.timeLimit);
+      reserved();
+      return transaction.completion;
+    }, { retryable: route.retryable, timeLimit: route.timeLimit });
+    transaction.result = result;
+    result.catch((error: unknown) => transaction.timedOut(error));
+    const first = await Promise.race([handed, result.then((r) => r, (error: unknown) => ({ error }))]);
+    if (first === undefined) return { kind: 'new', transaction };
+    if ('error' in first) return this.errorAnswer(first.error);
+    if (first.outcome !== 'replay') return this.errorAnswer(new Error('the runner finished without running its function'));
     try {
-      response = await handler(begun.transaction.client);
+      const response = decodeEnvelope(first.status, first.response, first.body, this.replayHeaders);
+      response.headers['idempotent-replayed'] = 'true';
+      return { kind: 'answer', response };
     } catch (error) {
-      return (await begun.transaction.fail(error)).response;
+      return this.errorAnswer(error);
     }
-    return begun.transaction.finish(response, route.retryable);
   }
 }
+
+/** The problem code of each outcome that is not an answer. */
+const OUTCOME_PROBLEMS = { in_progress: 'in-progress', stuck: 'stuck', mismatch: 'mismatch' } as const satisfies Record<KeyOutcomeError['outcome'], ProblemCode>;
 
 /** Checks the settings that need no database. */
 function validateOptions(options: IdempotencyOptions<never>): void {
@@ -345,61 +381,74 @@ function validateOptions(options: IdempotencyOptions<never>): void {
   if (options.retryAfter !== undefined && (!Number.isInteger(options.retryAfter) || options.retryAfter < 0)) {
     throw new TypeError('retryAfter must be a whole number of seconds');
   }
+  if (options.responseLimit !== undefined && (!Number.isInteger(options.responseLimit) || options.responseLimit < 0)) {
+    throw new TypeError('responseLimit must be a whole number of bytes');
+  }
+  if (options.acquireTimeout !== undefined && (!Number.isInteger(options.acquireTimeout) || options.acquireTimeout <= 0)) {
+    throw new TypeError('acquireTimeout must be a positive whole number of milliseconds');
+  }
   if (options.bodyLimit !== undefined && (!Number.isInteger(options.bodyLimit) || options.bodyLimit < 0)) {
     throw new TypeError('bodyLimit must be a whole number of bytes');
   }
 }
 
-const guards = new WeakMap<PoolClient, (error: Error) => void>();
-
 /**
- * Listens for the errors of a borrowed client: node-postgres removes the
- * pool's listener while a client is out, and a connection lost between two
- * queries (a terminated backend, a restart) is an 'error' event, which
- * without a listener ends the process. The next query fails instead.
+ * A reserved key's open transaction, as an HTTP integration holds it: the
+ * function {@link Idempotency.run} runs waits for {@link finish} (the
+ * response, completed and committed) or {@link fail} (rolled back).
  */
-function guard(client: PoolClient): void {
-  const listener = (): void => {
-    // the next query on this client fails with the connection's error
-  };
-  guards.set(client, listener);
-  client.on('error', listener);
-}
-
-/** Gives a borrowed client back (destroying it after an error of its connection). */
-function release(client: PoolClient, error?: Error): void {
-  const listener = guards.get(client);
-  if (listener !== undefined) {
-    client.removeListener('error', listener);
-    guards.delete(client);
-  }
-  client.release(error);
-}
-
-/** ROLLBACK (when the connection still works) and release; a broken connection is destroyed. */
-async function rollbackAndRelease(client: PoolClient, cause: unknown): Promise<void> {
-  try {
-    await client.query('ROLLBACK');
-    release(client);
-  } catch (error) {
-    release(client, error instanceof Error ? error : new Error(String(cause)));
-  }
-}
-
-/** A reserved key's open transaction, with the client the handler's SQL runs on. */
 export class IdempotencyTransaction {
-  /** The transaction's client: run the handler's SQL on it, and do not release it. */
-  readonly client: PoolClient;
-  /** The reservation. */
-  readonly params: Readonly<ReserveParams>;
-  readonly #library: Idempotency<never>;
+  readonly #library: Idempotency<any>;
+  #client: PoolClient | undefined;
+  #params: ReserveParams | undefined;
+  #timeLimit: number | undefined;
+  #started = 0;
   #done = false;
+  #complete!: (completion: Completion) => void;
+  #abort!: (error: unknown) => void;
+  /** @internal What the runner's function returns. */
+  readonly completion: Promise<Completion>;
+  /** @internal The runner's result. */
+  result: Promise<RunResult> = Promise.resolve({ outcome: 'new', status: 0, response: null, committed: false });
 
   /** @internal */
-  constructor(library: Idempotency<any>, client: PoolClient, params: ReserveParams) {
+  constructor(library: Idempotency<any>) {
     this.#library = library;
-    this.client = client;
-    this.params = params;
+    this.completion = new Promise<Completion>((resolve, reject) => {
+      this.#complete = resolve;
+      this.#abort = reject;
+    });
+    // the runner awaits it once the key is reserved; a replay never does
+    this.completion.catch(() => undefined);
+  }
+
+  /** @internal Called by the runner's function with the transaction's client. */
+  attach(client: PoolClient, params: ReserveParams, timeLimit: number | undefined): void {
+    this.#client = client;
+    this.#params = params;
+    this.#timeLimit = timeLimit;
+    this.#started = Date.now();
+  }
+
+  /**
+   * The mapping's answer for an error of the handler: a statement the time
+   * limit's `statement_timeout` cancelled is 503 `time-limit`, as the
+   * runner sees it.
+   */
+  answerFor(error: unknown, report = true): Answer {
+    return this.#library.errorAnswer(pastTimeLimit(error, this.#timeLimit, this.#started), report);
+  }
+
+  /** The transaction's client: run the handler's SQL on it, and do not release it. */
+  get client(): PoolClient {
+    if (this.#client === undefined) throw new Error('this idempotency transaction has no client');
+    return this.#client;
+  }
+
+  /** The reservation. */
+  get params(): Readonly<ReserveParams> {
+    if (this.#params === undefined) throw new Error('this idempotency transaction has no reservation');
+    return this.#params;
   }
 
   /** True once finished or failed. */
@@ -408,32 +457,52 @@ export class IdempotencyTransaction {
   }
 
   /**
-   * Ends the transaction with the handler's response: a retryable status
-   * rolls back; any other is completed with its envelope and committed.
+   * @internal Called by the integration with the answer to send at once
+   * when the handler runs past the route's time limit (the transaction is
+   * rolled back already); what the handler sends after it is not sent.
+   */
+  onTimeLimit: ((answer: Answer) => void) | undefined;
+
+  /** @internal The runner failed before the handler finished: past the time limit, the answer goes out now. */
+  timedOut(error: unknown): void {
+    if (this.#done || !(error instanceof TimeLimitError)) return;
+    this.#done = true;
+    this.onTimeLimit?.(this.#library.errorAnswer(error));
+  }
+
+  /**
+   * Ends the transaction with the handler's response: one that cannot be
+   * sent rolls back (500 `internal-error`); a retryable status rolls
+   * back; any other is completed with its envelope and committed.
    *
    * @returns the response to send: the handler's, or the mapping's answer
-   *   when the completion or the COMMIT failed.
+   *   when it could not be sent, or the completion or the COMMIT failed.
    */
-  async finish(response: CapturedResponse, retryable: (status: number) => boolean): Promise<CapturedResponse> {
+  async finish(response: CapturedResponse): Promise<CapturedResponse> {
     if (this.#done) throw new Error('this idempotency transaction is already finished');
     this.#done = true;
-    const { client, params } = this;
-    if (retryable(response.status)) {
-      await rollbackAndRelease(client, null);
-      return response;
+    const library = this.#library;
+    const reason = unsendable(response.status, response.headers);
+    if (reason !== undefined) {
+      // committed, it would be a record whose answer its server refuses to write
+      const error = new UnsendableResponseError(reason);
+      this.#abort(error);
+      await this.result.catch(() => undefined);
+      library.onError(error);
+      return library.problem('internal-error').response;
     }
+    this.#complete({ status: response.status, response: encodeEnvelope(response.headers, response.body, library.replayHeaders) });
     try {
-      await client.query(this.#library.sql.complete, [
-        params.operation, params.key,
-        encodeEnvelope(response.headers, response.body, this.#library.replayHeaders),
-        response.status, params.scope,
-      ]);
-      await client.query('COMMIT');
+      await this.result;
     } catch (error) {
-      await rollbackAndRelease(client, error);
-      return this.#library.errorAnswer(error).response;
+      if (sqlstateProblem(sqlstate(error)) === 'invalid-request') {
+        // the server cannot store the response (a body with \u0000 or a
+        // lone surrogate): it is not the request's fault, and nothing is kept
+        library.onError(error);
+        return library.problem('internal-error').response;
+      }
+      return library.errorAnswer(error).response;
     }
-    release(client);
     return response;
   }
 
@@ -446,8 +515,9 @@ export class IdempotencyTransaction {
   async fail(error: unknown, report = true): Promise<Answer> {
     if (!this.#done) {
       this.#done = true;
-      await rollbackAndRelease(this.client, error);
+      this.#abort(error);
+      await this.result.catch(() => undefined);
     }
-    return this.#library.errorAnswer(error, report);
+    return this.answerFor(error, report);
   }
 }

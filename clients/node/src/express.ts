@@ -45,15 +45,26 @@ export interface IdempotencyMiddleware extends RequestHandler {
   /** A middleware for one route, with settings of its own over the shared ones. */
   route(options: RouteOptions<Request>): RequestHandler;
   /**
-   * An Express error handler (mount it after the routes): an error of a
-   * request under idempotency rolls its transaction back and is answered
-   * from the mapping (503 `retry` for a serialization failure, 500
+   * An Express error handler (mount it after the routes; without it an
+   * error is not seen, and the answer your error handlers give it is
+   * completed like a returned one): an error of a request under
+   * idempotency rolls its transaction back and is answered from the
+   * mapping (503 `retry` for a serialization failure, 500
    * `internal-error` for any other). An error that names its own 4xx
    * (`status`/`statusCode`, as http-errors does) and the errors of other
    * requests go on to `next(err)`; the response your error handlers send
-   * for a request under idempotency is rolled back, not stored.
+   * for a request under idempotency is rolled back, not stored, unless
+   * the error is one of the route's `finalErrors`: then it goes on to
+   * `next(err)` and your error handlers' answer is completed and
+   * committed (and replayed).
    */
   errorHandler(): ErrorRequestHandler;
+}
+
+/** Whether an error names its own 4xx (`status`/`statusCode`, as http-errors does). */
+function ownClientError(error: unknown): boolean {
+  const status = (error as { statusCode?: unknown } | null)?.statusCode ?? (error as { status?: unknown } | null)?.status;
+  return typeof status === 'number' && status >= 400 && status < 500;
 }
 
 /** `:id` to `{id}`: an Express route path as the default operation's template. */
@@ -98,7 +109,13 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
         next();
         return;
       }
-      handle(req, res, next, route).catch(next);
+      handle(req, res, next, route).catch((error: unknown) => {
+        // before the handler (the scope function, reading the body): an
+        // error that names its own 4xx goes to your error handlers; any
+        // other is answered from the mapping, never as a stack trace
+        if (res.headersSent || req.idempotency !== undefined || ownClientError(error)) next(error);
+        else send(res, library.errorAnswer(error));
+      });
     };
     return handler;
   };
@@ -151,7 +168,7 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       ? route.operation(req)
       : (route.operation ?? defaultOperation(req));
 
-    const begun = await library.begin({ operation, key: parsed.key, scope, request: document, ttl: route.ttl });
+    const begun = await library.begin({ operation, key: parsed.key, scope, request: document, ttl: route.ttl }, route);
     if (begun.kind === 'answer') {
       send(res, begun);
       return;
@@ -163,17 +180,19 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       scope,
       operation,
       transaction,
+      isFinal: route.isFinal,
     };
     req.idempotency = context;
     res.locals.idempotency = context;
-    captureResponse(res, async (captured) => {
+    const sendInstead = captureResponse(res, async (captured) => {
       if (context.error !== undefined) {
         // the error handler's answer goes out; nothing is kept
         await transaction.fail(context.error, false);
         return captured;
       }
-      return transaction.finish(captured, route.retryable);
+      return transaction.finish(captured);
     });
+    transaction.onTimeLimit = (answer) => sendInstead(answer.response);
     next();
   };
 
@@ -192,16 +211,20 @@ export async function idempotency(options: ExpressIdempotencyOptions): Promise<I
       next(error);
       return;
     }
+    if (context.isFinal(error)) {
+      // a final error: the application's error handlers answer it, and
+      // that answer is completed and committed like a returned response
+      next(error);
+      return;
+    }
     context.error = error;
-    const status = (error as { status?: unknown; statusCode?: unknown } | null)?.statusCode
-      ?? (error as { status?: unknown } | null)?.status;
-    if (typeof status === 'number' && status >= 400 && status < 500) {
+    if (ownClientError(error)) {
       // an error that names its own 4xx (http-errors): the application's
       // error handlers answer it; the transaction still rolls back
       next(error);
       return;
     }
-    send(res, library.errorAnswer(error));
+    send(res, context.transaction.answerFor(error));
   };
   return middleware;
 }

@@ -109,6 +109,18 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
   };
 
   const preHandlerFor = (route: ResolvedRoute<FastifyRequest>): preHandlerAsyncHookHandler => async (request, reply) => {
+    try {
+      return await reserve(route, request, reply);
+    } catch (error) {
+      // before the handler (the scope function): an error that names its
+      // own 4xx is Fastify's to render; any other is answered from the
+      // mapping, never with its text
+      if (request.idempotency !== null || (ownStatus(error) ?? 500) < 500) throw error;
+      return send(reply, library.errorAnswer(error));
+    }
+  };
+
+  const reserve = async (route: ResolvedRoute<FastifyRequest>, request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply | undefined> => {
     const parsed = library.parseKey(headerFields(request.raw.rawHeaders, 'idempotency-key'));
     if (parsed.kind === 'missing') {
       if (route.keyRequired) return send(reply, library.problem('missing-key'));
@@ -136,7 +148,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       ? route.operation(request)
       : (route.operation ?? `${request.method.toUpperCase()} ${pathTemplate(request.routeOptions.url ?? request.url)}`);
 
-    const begun = await library.begin({ operation, key: parsed.key, scope, request: document, ttl: route.ttl });
+    const begun = await library.begin({ operation, key: parsed.key, scope, request: document, ttl: route.ttl }, route);
     if (begun.kind === 'answer') return send(reply, begun);
     request.idempotency = {
       client: begun.transaction.client,
@@ -144,6 +156,10 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
       scope,
       operation,
       transaction: begun.transaction,
+      isFinal: route.isFinal,
+    };
+    begun.transaction.onTimeLimit = (answer) => {
+      void send(reply, answer);
     };
     return undefined;
   };
@@ -163,7 +179,7 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
         if (value !== undefined) headers[name.toLowerCase()] = headerString(value);
       }
       const captured: CapturedResponse = { status: reply.statusCode, headers, body: await payloadBytes(payload) };
-      final = await context.transaction.finish(captured, route.retryable);
+      final = await context.transaction.finish(captured);
       if (final === captured) return captured.body;
     }
     const response = 'kind' in final ? final.response : final;
@@ -185,7 +201,8 @@ const plugin: FastifyPluginAsync<FastifyIdempotencyOptions> = async (fastify, op
     routeOptions.preHandler = append(routeOptions.preHandler as never, (async (request: FastifyRequest, reply: FastifyReply) =>
       library.methods.has(request.method.toUpperCase()) ? preHandlerFor(route).call(fastify, request, reply) : undefined) as never);
     routeOptions.onError = append(routeOptions.onError as never, (async (request: FastifyRequest, _reply: FastifyReply, error: Error) => {
-      if (request.idempotency !== null) request.idempotency.error = error;
+      // a final error's answer, as the error handler resolves it, is completed
+      if (request.idempotency !== null && !request.idempotency.isFinal(error)) request.idempotency.error = error;
     }) as never);
     routeOptions.onSend = append(routeOptions.onSend as never, onSendFor(route) as never);
     routeOptions.onResponse = append(routeOptions.onResponse as never, (async (request: FastifyRequest) => {

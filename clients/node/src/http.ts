@@ -69,11 +69,14 @@ function toBuffer(chunk: unknown, encoding: unknown): Buffer {
  * until it ends the response, then calls `onEnd` with it; `onEnd` resolves
  * to the response to send, which is sent then: the handler's own (sent as
  * it was written) or another one (a problem) in its place.
+ *
+ * @returns a function that sends another response at once, before the
+ *   handler ends its own (which is then dropped).
  */
 export function captureResponse(
   res: ServerResponse,
   onEnd: (captured: CapturedResponse) => Promise<CapturedResponse>,
-): void {
+): (response: CapturedResponse) => void {
   const original = {
     writeHead: res.writeHead,
     write: res.write,
@@ -151,4 +154,17 @@ export function captureResponse(
     );
     return this;
   } as ServerResponse['end'];
+
+  return (response) => {
+    if (ended) return;
+    ended = true;
+    res.writeHead = original.writeHead;
+    res.write = original.write;
+    res.end = original.end;
+    res.flushHeaders = original.flushHeaders;
+    sendResponse(res, response);
+    // what the handler writes after this is dropped
+    res.write = (() => true) as unknown as ServerResponse['write'];
+    res.end = function end(this: ServerResponse) { return this; } as ServerResponse['end'];
+  };
 }

@@ -22,11 +22,25 @@ export {
   type Started,
 } from './core.js';
 export {
+  AcquireTimeoutError,
+  type Completion,
+  InProgressError,
+  KeyOutcomeError,
+  MismatchError,
+  type RunPolicy,
+  ResponseTooLargeError,
+  type RunResult,
+  StuckError,
+  TimeLimitError,
+} from './runner.js';
+export {
   type CapturedResponse,
   decodeEnvelope,
   encodeEnvelope,
   ENVELOPE_VERSION,
   type HeaderValues,
+  UnsendableResponseError,
+  unsendable,
   UnsupportedEnvelopeError,
 } from './envelope.js';
 export {

@@ -16,6 +16,8 @@ export type ProblemCode =
   | 'mismatch'
   | 'read-only'
   | 'retry'
+  | 'unavailable'
+  | 'time-limit'
   | 'unsupported-envelope'
   | 'payload-too-large'
   | 'internal-error';
@@ -79,9 +81,17 @@ export const DEFAULT_MAPPING: Readonly<Mapping> = Object.freeze({
     status: 503, title: 'Transaction conflict', retryAfter: true,
     detail: 'The transaction conflicted with another one; retry the request.',
   },
+  unavailable: {
+    status: 503, title: 'Database unavailable', retryAfter: true,
+    detail: 'The database cannot be reached; retry later.',
+  },
+  'time-limit': {
+    status: 503, title: 'Request time limit', retryAfter: true,
+    detail: 'The request ran past its time limit and was rolled back; retry it.',
+  },
   'unsupported-envelope': {
     status: 500, title: 'Stored response unreadable', retryAfter: false,
-    detail: 'The stored response was written by a later version of the library.',
+    detail: 'The stored response was written by a later version of the library, or cannot be read.',
   },
   'payload-too-large': {
     status: 413, title: 'Request body too large', retryAfter: false,
@@ -162,6 +172,25 @@ export const SQLSTATE_CODES: Readonly<Record<string, ProblemCode>> = Object.free
   '40001': 'retry',
   '40P01': 'retry',
 } satisfies Record<string, ProblemCode>);
+
+/** The codes node-postgres and Node's sockets give a connection that cannot be made or was lost. */
+const UNAVAILABLE_CODES: ReadonlySet<string> = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'ENOENT', 'EPIPE', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN',
+  '57P01', '57P02', '57P03',
+]);
+
+/**
+ * Whether an error says the database cannot be reached: no connection
+ * (refused, no socket, the server shutting down or starting: SQLSTATE
+ * `57P01` to `57P03`, class `08`), none from the pool within its
+ * `connectionTimeoutMillis`, or the connection lost before COMMIT.
+ */
+export function isUnavailable(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && (UNAVAILABLE_CODES.has(code) || /^08[0-9A-Z]{3}$/.test(code))) return true;
+  const message = error instanceof Error ? error.message : '';
+  return /^(Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|Client was closed and is not queryable)/.test(message);
+}
 
 /** The problem code of a database error's SQLSTATE, or `internal-error`. */
 export function sqlstateProblem(sqlstate: string | undefined): ProblemCode {

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
-  decodeEnvelope, DEFAULT_MAPPING, encodeEnvelope, headerFields, parseIdempotencyKey, parseJsonPointer,
+  decodeEnvelope, DEFAULT_MAPPING, encodeEnvelope, unsendable, headerFields, parseIdempotencyKey, parseJsonPointer,
   problemResponse, requestDocument, resolveMapping, UnsupportedEnvelopeError, evaluateJsonPointer, compareVersions,
 } from '../src/index.js';
 
@@ -136,15 +136,27 @@ describe('the envelope', () => {
     assert.deepEqual(JSON.parse(encodeEnvelope({}, Buffer.alloc(0), allow)), { v: 1, headers: {} });
   });
   it('reads what it writes', () => {
-    const r = decodeEnvelope(201, '{"v": 1, "headers": {"location": "/p/1"}, "body_base64": "AP8="}', null);
+    const r = decodeEnvelope(201, '{"v": 1, "headers": {"location": "/p/1"}, "body_base64": "AP8="}', null, allow);
     assert.deepEqual(r, { status: 201, headers: { location: '/p/1' }, body: Buffer.from([0, 255]) });
-    assert.equal(decodeEnvelope(200, '{"v": 1, "body": {"a": 1}}', '{"a": 1}').body.toString(), '{"a": 1}');
+    assert.equal(decodeEnvelope(200, '{"v": 1, "body": {"a": 1}}', '{"a": 1}', allow).body.toString(), '{"a": 1}');
+    assert.equal(decodeEnvelope(200, '{"v": 1.0, "headers": {}}', null, allow).status, 200);
   });
   it('replays a response without "v" as a JSON body', () => {
-    assert.deepEqual(decodeEnvelope(200, '{"a": 1}', null), { status: 200, headers: { 'content-type': 'application/json' }, body: Buffer.from('{"a": 1}') });
+    assert.deepEqual(decodeEnvelope(200, '{"a": 1}', null, allow), { status: 200, headers: { 'content-type': 'application/json' }, body: Buffer.from('{"a": 1}') });
   });
   it('refuses a later version', () => {
-    assert.throws(() => decodeEnvelope(200, '{"v": 2}', null), UnsupportedEnvelopeError);
+    assert.throws(() => decodeEnvelope(200, '{"v": 2}', null, allow), UnsupportedEnvelopeError);
+  });
+  it('replays the headers on the allow-list now; set-cookie only when listed; framing headers never', () => {
+    const stored = '{"v": 1, "headers": {"location": "/p", "x-old": "1", "set-cookie": "sid=1", "content-length": "9", "transfer-encoding": "chunked"}}';
+    assert.deepEqual(decodeEnvelope(200, stored, null, allow).headers, { location: '/p' });
+    const wide = new Set(['location', 'set-cookie', 'content-length', 'transfer-encoding']);
+    assert.deepEqual(decodeEnvelope(200, stored, null, wide).headers, { location: '/p', 'set-cookie': 'sid=1' });
+  });
+  it('never stores a framing header, even when allow-listed', () => {
+    const wide = new Set(['content-length', 'transfer-encoding', 'connection', 'location']);
+    assert.deepEqual(JSON.parse(encodeEnvelope({ 'content-length': '3', 'transfer-encoding': 'chunked', connection: 'close', location: '/p' },
+      Buffer.alloc(0), wide)).headers, { location: '/p' });
   });
 });
 
@@ -155,6 +167,10 @@ describe('the mapping', () => {
       'missing-key': [400, false], 'invalid-key': [400, false], unauthenticated: [401, false], 'invalid-request': [400, false],
       'in-progress': [409, true], stuck: [409, true], mismatch: [422, false], 'read-only': [503, true], retry: [503, true],
       'unsupported-envelope': [500, false], 'payload-too-large': [413, false], 'internal-error': [500, false],
+      // the database cannot be reached: a row proposed for doc/clients.md (issue 40, item 5)
+      unavailable: [503, true],
+      // past the route's time limit: a row proposed for doc/clients.md (issue 40, item 4)
+      'time-limit': [503, true],
     });
   });
   it('answers problem+json with Retry-After, which the user can change', () => {
@@ -171,4 +187,23 @@ describe('the mapping', () => {
     assert.equal(compareVersions('0.2', '0.2.0'), 0);
     assert.ok(compareVersions('0.1.0', '0.2.0') < 0);
   });
+});
+
+describe('what can be sent', () => {
+  it('takes visible ASCII values with spaces and tabs inside, token names, a status of 200 to 599', () => {
+    assert.equal(unsendable(201, { location: '/p/1', 'content-type': 'text/plain; charset=utf-8', 'x-empty': '', vary: ['a', 'b\tc'] }), undefined);
+  });
+  for (const [label, status, headers] of [
+    ['CR/LF in a value', 201, { location: '/p\r\nset-cookie: a=b' }],
+    ['a NUL in a value', 201, { 'x-a': 'a\u0000b' }],
+    ['a character above 0x7E (Latin-1)', 201, { location: '/caf\u00e9' }],
+    ['a character above 0xFF', 201, { 'content-type': 'text/plain; charset=\u20ac' }],
+    ['a space before the value', 201, { 'x-a': ' a' }],
+    ['a name that is not a token', 201, { 'x a': 'b' }],
+    ['one bad value of several', 201, { 'set-cookie': ['a=b', 'c=\n'] }],
+    ['a status below 200', 101, {}],
+    ['a status above 599', 600, {}],
+  ] as [string, number, Record<string, string | string[]>][]) {
+    it(`refuses ${label}`, () => assert.equal(typeof unsendable(status, headers), 'string'));
+  }
 });
