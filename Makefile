@@ -97,6 +97,12 @@ endif
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# canonical.c hashes with OpenSSL's SHA-256 directly where the server is
+# built with OpenSSL (USE_OPENSSL), as Debian's is
+ifeq ($(with_ssl),openssl)
+SHLIB_LINK += -lcrypto
+endif
+
 $(EXTENSION)--$(EXTVERSION).sql: $(EXTENSION).sql
 	cp $< $@
 
