@@ -111,15 +111,6 @@ IdemHeldFind(Oid nspid, text *scope, text *operation, text *key)
 	return NULL;
 }
 
-/* when + ttl */
-static TimestampTz
-AddTtl(TimestampTz when, Interval *ttl)
-{
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(when),
-												   IntervalPGetDatum(ttl)));
-}
-
 /*
  * May the commit callback write into table?  Only where a write runs no
  * code of any role: idem_keys itself, or a Citus shard of it on this node,
@@ -188,7 +179,7 @@ WriteHeld(IdemHeld *h, IdemRow *change, const char *function, bool at_commit)
 		TimestampTz now = GetCurrentTimestamp();
 
 		IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
-		IdemRowSet(&row, COL_EXPIRES_AT, TimestampTzGetDatum(AddTtl(now, h->ttl)), false);
+		IdemRowSet(&row, COL_EXPIRES_AT, TimestampTzGetDatum(IdemAddTtl(now, h->ttl)), false);
 	}
 
 	/* The table by OID, locked since the reservation */
@@ -287,7 +278,7 @@ CountFromCommit(IdemHeld *h)
 				IdemRowInit(&row);
 				IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
 				IdemRowSet(&row, COL_EXPIRES_AT,
-						   TimestampTzGetDatum(AddTtl(now, h->ttl)), false);
+						   TimestampTzGetDatum(IdemAddTtl(now, h->ttl)), false);
 				(void) IdemRecordsUpdate(&w, &row, true);
 			}
 			IdemRecordsWriterEnd(&w);

@@ -343,9 +343,7 @@ EffectiveTtl(Interval *ttl, TimestampTz now)
 		result->time = (int64) idem_default_ttl_s * USECS_PER_SEC;
 		return result;
 	}
-	if (DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												TimestampTzGetDatum(now),
-												IntervalPGetDatum(ttl))) <= now)
+	if (IdemAddTtl(now, ttl) <= now)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"ttl\" must be positive"),
@@ -372,15 +370,6 @@ RecordTtl(const IdemRecord *rec, TimestampTz now)
 													 TimestampTzGetDatum(rec->expires_at),
 													 TimestampTzGetDatum(rec->created_at)));
 	return EffectiveTtl(NULL, now);
-}
-
-/* when + ttl */
-static TimestampTz
-AddTtl(TimestampTz when, Interval *ttl)
-{
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(when),
-												   IntervalPGetDatum(ttl)));
 }
 
 /* Is a completed record past its expires_at, and so gone? */
@@ -666,7 +655,7 @@ Reserve(Oid nspid, text *scope, text *operation, text *key, Jsonb *request,
 	req.hash = request ? IdemHashJsonb(request) : NULL;
 	req.now = CallTime();
 	req.ttl = EffectiveTtl(ttl, req.now);
-	req.expires_at = AddTtl(req.now, req.ttl);
+	req.expires_at = IdemAddTtl(req.now, req.ttl);
 	req.flags = flags;
 	ReserveRecord(nspid, &req, result);
 }
@@ -846,7 +835,7 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 		IdemRowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
 		if (action == ACTION_COMPLETE)
 			IdemRowSet(row, COL_EXPIRES_AT,
-					   TimestampTzGetDatum(AddTtl(now, held->ttl)), false);
+					   TimestampTzGetDatum(IdemAddTtl(now, held->ttl)), false);
 		IdemHeldWrite(held, row, function);
 		return;
 	}
@@ -864,7 +853,7 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 	if (action == ACTION_COMPLETE)
 	{
 		IdemRowSet(row, COL_EXPIRES_AT,
-				   TimestampTzGetDatum(AddTtl(now, RecordTtl(&rec, now))),
+				   TimestampTzGetDatum(IdemAddTtl(now, RecordTtl(&rec, now))),
 				   false);
 	}
 	(void) IdemRecordsUpdate(&w, row, true);

@@ -71,7 +71,6 @@
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_am.h"
-#include "catalog/pg_extension.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
@@ -351,57 +350,12 @@ IdemReportMissingTable(const char *relname)
 			 errdetail("The extension may have been dropped while this call ran.")));
 }
 
-/*
- * extversion of the extension extname installed in this database, and its
- * schema into *nspid when nspid is not NULL; NULL (and InvalidOid) when it
- * is not installed.  The one reader of pg_extension.
- */
-char *
-IdemExtensionVersion(const char *extname, Oid *nspid)
-{
-	Relation	rel;
-	SysScanDesc scan;
-	ScanKeyData key;
-	HeapTuple	tuple;
-	char	   *version = NULL;
-
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber,
-				F_NAMEEQ, CStringGetDatum(extname));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
-	tuple = systable_getnext(scan);
-	if (nspid)
-		*nspid = InvalidOid;
-	if (HeapTupleIsValid(tuple))
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
-									 RelationGetDescr(rel), &isnull);
-
-		version = isnull ? pstrdup("") : text_to_cstring(DatumGetTextPP(d));
-		if (nspid)
-			*nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return version;
-}
-
 /* The schema-qualified name of idem_keys, for hints */
 static char *
 QualifiedName(Relation rel)
 {
 	return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
 									  RelationGetRelationName(rel));
-}
-
-/* Is the installed catalog the previous release's, which this library serves? */
-bool
-IdemCatalogIsPrevious(void)
-{
-	char	   *installed = IdemExtensionVersion(IDEM_EXTENSION_NAME, NULL);
-
-	return installed != NULL && strcmp(installed, IDEM_PREVIOUS_VERSION) == 0;
 }
 
 /*
@@ -1480,4 +1434,13 @@ IdemRowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull)
 	row->values[col] = value;
 	row->isnull[col] = isnull;
 	row->set[col] = true;
+}
+
+/* when + ttl: the expiry of a record whose ttl counts from when */
+TimestampTz
+IdemAddTtl(TimestampTz when, Interval *ttl)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(when),
+												   IntervalPGetDatum(ttl)));
 }

@@ -147,6 +147,7 @@ extern void IdemRowNewRecord(IdemRow *row, text *scope, text *operation,
 							 TimestampTz created_at, TimestampTz updated_at,
 							 TimestampTz expires_at, Interval *ttl);
 extern void IdemRowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull);
+extern TimestampTz IdemAddTtl(TimestampTz when, Interval *ttl);
 
 /* The value of column col in slot (which has all attributes deformed) */
 #define SlotColumn(table, slot, col) \
