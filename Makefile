@@ -26,6 +26,7 @@ OBJS = \
 	src/held.o \
 	src/idempotency.o \
 	src/keys.o \
+	src/layout.o \
 	src/maintenance.o \
 	src/patterns.o \
 	src/reconcile.o \

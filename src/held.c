@@ -52,7 +52,7 @@
  *	- into the table by OID, never by name.
  *	- running no code of any role: only a table whose writes run nothing but
  *	  the install script's rules, recognised by their definitions
- *	  (records.c, OnlyOwnRules), and only idem_keys itself (a member of the
+ *	  (layout.c, OnlyOwnRules), and only idem_keys itself (a member of the
  *	  extension) or a Citus shard of it here, is held.  There a write fails or
  *	  succeeds the same whenever it is made.  The commit callback fires no
  *	  trigger; a table that gained a rule in between (which only DDL of the
