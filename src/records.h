@@ -155,6 +155,15 @@ extern void IdemLayoutRuleStates(ResultRelInfo *rri);
 extern const char *IdemColumnName(IdemColumn col);
 extern char *IdemQualifiedName(Relation rel);
 
+/* Do two fingerprints differ (IS DISTINCT FROM)? */
+static inline bool
+IdemHashesDiffer(bytea *a, bytea *b)
+{
+	if (a == NULL || b == NULL)
+		return a != b;
+	return !IdemVarlenaEqual(a, b);
+}
+
 /* The value of column col in slot (which has all attributes deformed) */
 #define SlotColumn(table, slot, col) \
 	((slot)->tts_values[(table)->attnum[(col)] - 1])
