@@ -40,7 +40,10 @@ PROFILE_MANY=${PROFILE_MANY:-20}
 PROFILE_MODE=${PROFILE_MODE:-prepared}
 BIN=usr/lib/postgresql/15/bin
 VARIANTS=${*:-a e i d f}
-command -v valgrind >/dev/null || { echo "profile.sh: valgrind is not installed" >&2; exit 1; }
+# valgrind, and the load generator's libraries, installed when missing as
+# the suites install theirs (test/lib.sh)
+source "$ROOT/test/lib.sh"
+idem_install_packages "${IDEM_PACKAGES[@]}" valgrind libpq-dev libhiredis-dev
 
 as_user() {
 	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
