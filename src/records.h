@@ -2,9 +2,9 @@
  *
  * records.h
  *	  The one owner of table idem_keys (records.c): the primary-key lookup
- *	  and the writes through the executor; its column layout (layout.c).  keys.c,
- *	  patterns.c (through keys.c) and maintenance.c reach the table only
- *	  through these routines.
+ *	  and the writes through the executor; its column layout (layout.c).
+ *	  keys.c, held.c, patterns.c (through keys.c) and maintenance.c reach
+ *	  the table only through these routines.
  *
  *-------------------------------------------------------------------------
  */
