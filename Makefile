@@ -20,11 +20,13 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" \
 MODULE_big = $(EXTENSION)
 OBJS = \
 	src/canonical.o \
+	src/catalog.o \
 	src/citus.o \
 	src/handlers.o \
 	src/held.o \
 	src/idempotency.o \
 	src/keys.o \
+	src/layout.o \
 	src/maintenance.o \
 	src/patterns.o \
 	src/reconcile.o \
@@ -96,6 +98,12 @@ endif
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# canonical.c hashes with OpenSSL's SHA-256 directly where the server is
+# built with OpenSSL (USE_OPENSSL), as Debian's is
+ifeq ($(with_ssl),openssl)
+SHLIB_LINK += -lcrypto
+endif
 
 $(EXTENSION)--$(EXTVERSION).sql: $(EXTENSION).sql
 	cp $< $@

@@ -28,7 +28,9 @@
 # reserve, payment and complete each in a transaction of its own), or any other
 # script of bench/core by its name (x4_floor_plpgsql: the floor as a
 # PL/pgSQL function; x5_floor_record_plpgsql: the floor of the one-write
-# design, doc/write-path.md).
+# design, doc/write-path.md; x6_ext_select_plpgsql: (e) with SELECT * INTO
+# from idem_reserve in FROM, the form most PL/pgSQL callers write).  Another
+# server: PROFILE_PG=/opt/idem-pg/NAME (a tree with usr/lib/postgresql/15).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,7 +40,10 @@ PROFILE_MANY=${PROFILE_MANY:-20}
 PROFILE_MODE=${PROFILE_MODE:-prepared}
 BIN=usr/lib/postgresql/15/bin
 VARIANTS=${*:-a e i d f}
-command -v valgrind >/dev/null || { echo "profile.sh: valgrind is not installed" >&2; exit 1; }
+# valgrind, and the load generator's libraries, installed when missing as
+# the suites install theirs (test/lib.sh)
+source "$ROOT/test/lib.sh"
+idem_install_packages "${IDEM_PACKAGES[@]}" valgrind libpq-dev libhiredis-dev
 
 as_user() {
 	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi

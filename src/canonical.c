@@ -31,10 +31,10 @@
  * CANON_FLUSH_BYTES, so its memory is bounded by the nesting depth and the
  * widest object rather than the document (which the caller has detoasted).
  * Everything is allocated in the caller's memory context and freed before
- * returning, except the backend's one SHA-256 context (OpenSSL), which is
- * created once under a resource owner of its own that is never released
- * and initialized again for every hash, so an error midway leaves nothing
- * to free (CanonSha256Context).  No locks are taken.
+ * returning, except the backend's one OpenSSL digest context, which lives
+ * as long as the backend and is initialized again for every hash, so an
+ * error midway leaves nothing to free (CanonSha256Begin).  No locks are
+ * taken.
  *
  *-------------------------------------------------------------------------
  */
@@ -42,6 +42,10 @@
 
 #include <float.h>
 #include <math.h>
+
+#ifdef USE_OPENSSL
+#include <openssl/evp.h>
+#endif
 
 #include "common/cryptohash.h"
 #include "common/sha2.h"
@@ -53,7 +57,6 @@
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/numeric.h"
-#include "utils/resowner.h"
 
 #include "idempotency.h"
 
@@ -91,10 +94,21 @@ PG_FUNCTION_INFO_V1(idem_hash);
 #define CANON_FAST_MIN_EXP			(-290)
 #define CANON_FAST_MAX_EXP			300
 
-/* A SHA-256 computation, over the PostgreSQL version's hash API */
+/*
+ * A SHA-256 computation.  With OpenSSL (every PostgreSQL that Debian
+ * ships), the digest is OpenSSL's, called directly: pg_cryptohash_init
+ * passes EVP_sha256(), which OpenSSL 3 fetches from its provider again on
+ * every init, and that fetch cost more than hashing a small request.
+ * Without OpenSSL, PostgreSQL's own (src/common/sha2.c) through
+ * pg_cryptohash, whose context is palloc'd.
+ */
 typedef struct CanonSha256
 {
+#ifdef USE_OPENSSL
+	EVP_MD_CTX *ctx;
+#else
 	pg_cryptohash_ctx *ctx;
+#endif
 } CanonSha256;
 
 /* An object member waiting to be written in sorted order */
@@ -159,56 +173,77 @@ CanonItoa(int value, char *p)
 	return i;
 }
 
+#ifdef USE_OPENSSL
 /*
- * The backend's one SHA-256 context, initialized again for every hash:
- * creating a context (with OpenSSL, a digest context registered with the
- * current resource owner) and freeing it cost more than hashing a small
- * request.  It is created under a resource owner of its own that is never
- * released, and in TopMemoryContext (PostgreSQL built without OpenSSL
- * pallocs it in the current context), so that the end of a transaction
- * does not free it.  Hashes
- * never nest, and one that an error left unfinished is simply initialized
- * again by the next.
+ * The backend's SHA-256 digest, fetched once, and its one digest context,
+ * initialized again for every hash: both are OpenSSL's memory, not
+ * PostgreSQL's, and live as long as the backend, so that no transaction,
+ * resource owner or error touches them.  Hashes never nest, and one that an
+ * error left unfinished is simply initialized again by the next.
  */
-static pg_cryptohash_ctx *canon_sha256_ctx = NULL;
-
-static pg_cryptohash_ctx *
-CanonSha256Context(void)
-{
-	static ResourceOwner owner = NULL;
-	ResourceOwner saved = CurrentResourceOwner;
-
-	MemoryContext oldcontext;
-
-	if (canon_sha256_ctx != NULL)
-		return canon_sha256_ctx;
-	if (owner == NULL)
-		owner = ResourceOwnerCreate(NULL, "idempotency SHA-256");
-	CurrentResourceOwner = owner;
-	/* without OpenSSL, the context is palloc'd in the current context */
-	oldcontext = MemoryContextSwitchTo(TopMemoryContext);
-	PG_TRY();
-	{
-		canon_sha256_ctx = pg_cryptohash_create(PG_SHA256);
-	}
-	PG_FINALLY();
-	{
-		MemoryContextSwitchTo(oldcontext);
-		CurrentResourceOwner = saved;
-	}
-	PG_END_TRY();
-	if (canon_sha256_ctx == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OUT_OF_MEMORY),
-				 errmsg("out of memory")));
-	return canon_sha256_ctx;
-}
+static EVP_MD *canon_sha256_md = NULL;
+static EVP_MD_CTX *canon_sha256_ctx = NULL;
 
 /* Start a SHA-256 computation */
 static void
 CanonSha256Begin(CanonSha256 *h)
 {
-	h->ctx = CanonSha256Context();
+	if (canon_sha256_md == NULL)
+	{
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+		canon_sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+#else
+		canon_sha256_md = (EVP_MD *) EVP_sha256();
+#endif
+		if (canon_sha256_md == NULL)
+			elog(ERROR, "could not fetch the SHA-256 digest of OpenSSL");
+	}
+	if (canon_sha256_ctx == NULL)
+	{
+		canon_sha256_ctx = EVP_MD_CTX_new();
+		if (canon_sha256_ctx == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory")));
+	}
+	h->ctx = canon_sha256_ctx;
+	if (EVP_DigestInit_ex(h->ctx, canon_sha256_md, NULL) != 1)
+		elog(ERROR, "could not initialize SHA-256 context");
+}
+
+/* Add bytes to a SHA-256 computation */
+static void
+CanonSha256Add(CanonSha256 *h, const char *data, size_t len)
+{
+	if (EVP_DigestUpdate(h->ctx, data, len) != 1)
+		elog(ERROR, "could not update SHA-256 context");
+}
+
+/* Finish a SHA-256 computation into dest (PG_SHA256_DIGEST_LENGTH bytes) */
+static void
+CanonSha256End(CanonSha256 *h, uint8 *dest)
+{
+	unsigned int len;
+
+	if (EVP_DigestFinal_ex(h->ctx, dest, &len) != 1 ||
+		len != PG_SHA256_DIGEST_LENGTH)
+		elog(ERROR, "could not finalize SHA-256 context");
+}
+#else							/* !USE_OPENSSL */
+/*
+ * Without OpenSSL, a context per hash, palloc'd in the caller's memory
+ * context (it holds no other resource), freed with it on an error
+ */
+
+/* Start a SHA-256 computation */
+static void
+CanonSha256Begin(CanonSha256 *h)
+{
+	h->ctx = pg_cryptohash_create(PG_SHA256);
+	if (h->ctx == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("out of memory")));
 	if (pg_cryptohash_init(h->ctx) < 0)
 		elog(ERROR, "could not initialize SHA-256 context");
 }
@@ -228,7 +263,9 @@ CanonSha256End(CanonSha256 *h, uint8 *dest)
 	if (pg_cryptohash_final(h->ctx, dest, PG_SHA256_DIGEST_LENGTH) < 0)
 		elog(ERROR, "could not finalize SHA-256 context: %s",
 			 pg_cryptohash_error(h->ctx));
+	pg_cryptohash_free(h->ctx);
 }
+#endif							/* USE_OPENSSL */
 
 /* Is every byte of s[0..len) ASCII? */
 static inline bool

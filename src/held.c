@@ -4,73 +4,28 @@
  *	  Held reservations: one write per request.  A reservation of a new key
  *	  is held (its key lock kept, nothing written) and its record is written
  *	  once, later in the transaction, as the write the reservation would
- *	  have made at once.
+ *	  have made at once.  keys.c asks this file once per operation (held.h).
  *
- * A request reserved and completed in one transaction (idem_call, a stored
- * procedure, client statements between BEGIN and COMMIT) needs its record
+ * A request reserved and completed in one transaction needs its record
  * only once it is completed: nobody else can see the processing state of
  * an uncommitted row except as "in_progress", which the key lock says as
  * well.  So a reservation of an absent key does not write: keys.c keeps the
  * key lock (transaction-level, owned by the current subtransaction) and
- * this file remembers the request in the transaction's list of held
- * reservations.  The record is then written once: completed by
- * idem_complete (an insert instead of an insert and an update), or
- * processing just before the transaction commits or prepares
- * (XACT_EVENT_PRE_COMMIT / PRE_PREPARE, after the deferred triggers of the
- * transaction's own statements), or when idem_checkpoint or idem_release
- * needs the row, or before any DDL of the transaction (below).
- * idem_consume's record is held too, and written completed at commit, its
- * expiry counted from that write, so that it lives its ttl after COMMIT.
- * One written before commit (at once, where a reservation cannot be held,
- * a redelivery renewing its expired record, or held and written before
- * DDL) is remembered in a second list and written again at commit with
- * its expiry counted from then: an update of the transaction's own row
- * (RECORD_MINE), as the role that consumed, in its security context.  On a
- * table whose writes would run code of its owner's, which the commit
- * callback never runs, its expiry stays counted from the call, and a
- * record that would be expired at commit fails the commit instead: never
- * a message record born expired.
+ * this file remembers the request.  The record is then written once:
+ * completed by idem_complete, or processing when idem_checkpoint or
+ * idem_release needs the row, before any DDL of the transaction
+ * (HeldProcessUtility), or just before the transaction commits or prepares
+ * (HeldXactCallback).  idem_consume's record is held too, and written
+ * completed at commit, its expiry counted from then (CountFromCommit for
+ * one written earlier).  Where a reservation is held and where it is
+ * written at once: HoldAllowed; what its write is: WriteHeld.
+ *
  * A held reservation is forgotten, and its lock released, with the
  * subtransaction that made it; a write is undone with the subtransaction
- * that made it, and the reservation is held again.  The list lives in
- * TopTransactionContext and is dropped at the end of the transaction; it is
- * never shared (idem_lookup, which reads it, never runs in a parallel
- * worker).
- *
- * The write is the one the reservation would have made:
- *	- as the role that reserved, in its security context, saved when it is
- *	  held and restored for the write, as core runs a deferred trigger as
- *	  the role that queued it (PostgreSQL 18's trigger.c): a SECURITY
- *	  DEFINER procedure reserving for its caller, or a SET ROLE after the
- *	  reservation, writes with the rights the reservation was checked with.
- *	  The same checks are made again (read-only transaction, INSERT
- *	  privilege; a completion's UPDATE privilege as the role completing).
- *	- under the lock an immediate write takes: RowExclusiveLock on the
- *	  table, taken when the reservation is held, so that another session's
- *	  DDL (CREATE INDEX, CREATE TRIGGER, ALTER TABLE) waits for the holder
- *	  as it waits for a writer.
- *	- into the table by OID, never by name.
- *	- running no code of any role: only a table whose writes run nothing but
- *	  the install script's rules, recognised by their definitions
- *	  (records.c, OnlyOwnRules), and only idem_keys itself (a member of the
- *	  extension) or a Citus shard of it here, is held.  There a write fails or
- *	  succeeds the same whenever it is made.  The commit callback fires no
- *	  trigger; a table that gained a rule in between (which only DDL of the
- *	  transaction itself could add, and that DDL finds the records written)
- *	  fails the commit rather than run it.
- *	- before any DDL of the transaction (a utility statement that
- *	  GetCommandLogLevel calls DDL, and TRUNCATE: RENAME, SET SCHEMA, ALTER
- *	  TABLE of any kind, DROP, DROP EXTENSION, CREATE TRIGGER ...): the
- *	  ProcessUtility hook writes what is held first, so the DDL finds the
- *	  records as it would have found immediate writes.  A table that is
- *	  gone at commit all the same fails the commit: never an effect
- *	  without its record.
- * A reservation is written at once instead, as before, where these cannot
- * be guaranteed: inside a security-restricted operation, on a table with
- * rules of its owner (its triggers then see the processing insert, and its
- * CHECKs and index predicates refuse the reservation itself), and
- * beyond IDEM_MAX_HELD reservations per transaction, so that a
- * transaction of many keys does not fill the lock table.
+ * that made it, and the reservation is held again.  The lists live in
+ * TopTransactionContext and go with the transaction; they are never shared
+ * (idem_lookup, which reads them, never runs in a parallel worker).
+ * Locks: RowExclusiveLock on the table from the hold on, and the key lock.
  *
  *-------------------------------------------------------------------------
  */
@@ -87,6 +42,30 @@
 
 #include "held.h"
 
+/*
+ * A reservation this transaction holds, or an idem_consume record it wrote
+ * at once (see the file header)
+ */
+typedef struct IdemHeld
+{
+	struct IdemHeld *next;
+	Oid			nspid;			/* of the extension whose idem_keys it is */
+	Oid			relid;			/* that idem_keys, by OID */
+	text	   *scope;
+	text	   *operation;
+	text	   *key;
+	bytea	   *hash;			/* NULL without a request */
+	Interval   *ttl;
+	TimestampTz created_at;		/* the reservation's time, and its heartbeat */
+	TimestampTz expires_at;		/* as reserved */
+	bool		completed;		/* idem_consume's: written completed, its
+								 * expiry counted from the write */
+	Oid			roleid;			/* the role that reserved */
+	int			sec_context;	/* and its security context */
+	SubTransactionId subid;		/* the subtransaction that holds it */
+	SubTransactionId written;	/* the one that wrote it; Invalid: not yet */
+} IdemHeld;
+
 /* Held reservations per transaction at most (see the file header) */
 #define IDEM_MAX_HELD	16
 
@@ -98,8 +77,8 @@ static bool held_callbacks = false;
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
 /* The reservation of a key this transaction holds and has not written, or NULL */
-IdemHeld *
-IdemHeldFind(Oid nspid, text *scope, text *operation, text *key)
+static IdemHeld *
+FindHeld(Oid nspid, text *scope, text *operation, text *key)
 {
 	IdemHeld   *h;
 
@@ -109,15 +88,6 @@ IdemHeldFind(Oid nspid, text *scope, text *operation, text *key)
 			IdemVarlenaEqual(h->scope, scope))
 			return h;
 	return NULL;
-}
-
-/* when + ttl */
-static TimestampTz
-AddTtl(TimestampTz when, Interval *ttl)
-{
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(when),
-												   IntervalPGetDatum(ttl)));
 }
 
 /*
@@ -132,8 +102,8 @@ WritableAtCommit(IdemTable *table)
 }
 
 /* The record of a held reservation as it stands, with change applied over it */
-void
-IdemHeldRow(IdemHeld *h, IdemRow *change, IdemRow *row)
+static void
+HeldRow(IdemHeld *h, IdemRow *change, IdemRow *row)
 {
 	int			c;
 
@@ -165,6 +135,35 @@ ReportUnwritable(IdemHeld *h, const char *why)
  * heartbeat and expiry themselves).  The key lock makes the insert safe:
  * nobody else writes a record of this key meanwhile.  at_commit: from the
  * commit callback, where no code of any role may run.
+ *
+ * The write is the one the reservation would have made:
+ *	- as the role that reserved, in its security context, saved when it is
+ *	  held and restored for the write, as core runs a deferred trigger as
+ *	  the role that queued it (PostgreSQL 18's trigger.c): a SECURITY
+ *	  DEFINER procedure reserving for its caller, or a SET ROLE after the
+ *	  reservation, writes with the rights the reservation was checked with.
+ *	  The same checks are made again (read-only transaction, INSERT
+ *	  privilege; a completion's UPDATE privilege as the role completing).
+ *	- under the lock an immediate write takes: RowExclusiveLock on the
+ *	  table, taken when the reservation is held, so that another session's
+ *	  DDL (CREATE INDEX, CREATE TRIGGER, ALTER TABLE) waits for the holder
+ *	  as it waits for a writer.
+ *	- into the table by OID, never by name.
+ *	- running no code of any role: only a table whose writes run nothing but
+ *	  the install script's rules, recognised by their definitions
+ *	  (layout.c, OnlyOwnRules), and only idem_keys itself (a member of the
+ *	  extension) or a Citus shard of it here, is held.  There a write fails or
+ *	  succeeds the same whenever it is made.  The commit callback fires no
+ *	  trigger; a table that gained a rule in between (which only DDL of the
+ *	  transaction itself could add, and that DDL finds the records written)
+ *	  fails the commit rather than run it.
+ *	- before any DDL of the transaction (a utility statement that
+ *	  GetCommandLogLevel calls DDL, and TRUNCATE: RENAME, SET SCHEMA, ALTER
+ *	  TABLE of any kind, DROP, DROP EXTENSION, CREATE TRIGGER ...): the
+ *	  ProcessUtility hook writes what is held first, so the DDL finds the
+ *	  records as it would have found immediate writes.  A table that is
+ *	  gone at commit all the same fails the commit: never an effect
+ *	  without its record.
  */
 static void
 WriteHeld(IdemHeld *h, IdemRow *change, const char *function, bool at_commit)
@@ -182,13 +181,13 @@ WriteHeld(IdemHeld *h, IdemRow *change, const char *function, bool at_commit)
 		PushActiveSnapshot(GetTransactionSnapshot());
 		pushed = true;
 	}
-	IdemHeldRow(h, change, &row);
+	HeldRow(h, change, &row);
 	if (change == NULL && h->completed)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 
 		IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
-		IdemRowSet(&row, COL_EXPIRES_AT, TimestampTzGetDatum(AddTtl(now, h->ttl)), false);
+		IdemRowSet(&row, COL_EXPIRES_AT, TimestampTzGetDatum(IdemAddTtl(now, h->ttl)), false);
 	}
 
 	/* The table by OID, locked since the reservation */
@@ -216,12 +215,6 @@ WriteHeld(IdemHeld *h, IdemRow *change, const char *function, bool at_commit)
 		PopActiveSnapshot();
 }
 
-/* Write the held reservation h now, with change (see WriteHeld) */
-void
-IdemHeldWrite(IdemHeld *h, IdemRow *change, const char *function)
-{
-	WriteHeld(h, change, function, false);
-}
 
 /* Write every reservation still held, as reserved */
 static void
@@ -237,9 +230,15 @@ WriteAllHeld(bool at_commit)
 
 /*
  * At commit, count the expiry of an idem_consume record written earlier in
- * the transaction (h) from now: update the transaction's own row, as the
- * role that consumed.  Where the commit callback may not write (see the
- * file header), only make sure the record is not expired already.
+ * the transaction (h) from now: update the transaction's own row
+ * (RECORD_MINE), as the role that consumed, in its security context.  Such
+ * a record was written at once (where a reservation cannot be held, or a
+ * redelivery renewed its expired record) or held and written before DDL;
+ * those written at once are remembered in a second list.  On a table whose
+ * writes would run code of its owner's, which the commit callback never
+ * runs, its expiry stays counted from the call, and a record that would be
+ * expired at commit fails the commit instead: never a message record born
+ * expired.
  */
 static void
 CountFromCommit(IdemHeld *h)
@@ -287,7 +286,7 @@ CountFromCommit(IdemHeld *h)
 				IdemRowInit(&row);
 				IdemRowSet(&row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
 				IdemRowSet(&row, COL_EXPIRES_AT,
-						   TimestampTzGetDatum(AddTtl(now, h->ttl)), false);
+						   TimestampTzGetDatum(IdemAddTtl(now, h->ttl)), false);
 				(void) IdemRecordsUpdate(&w, &row, true);
 			}
 			IdemRecordsWriterEnd(&w);
@@ -434,11 +433,17 @@ IdemHeldInit(void)
 }
 
 /*
- * May a reservation of table be held rather than written (see the file
- * header)?  The caller holds the key lock and found no record.
+ * May a reservation of table be held rather than written?  The caller holds
+ * the key lock and found no record.  A reservation is written at once
+ * where WriteHeld's guarantees cannot be given: inside a
+ * security-restricted operation, on a table with rules of its owner (its
+ * triggers then see the processing insert, and its CHECKs and index
+ * predicates refuse the reservation itself), and beyond IDEM_MAX_HELD
+ * reservations per transaction, so that a transaction of many keys does
+ * not fill the lock table.
  */
-bool
-IdemHeldAllowed(IdemTable *table)
+static bool
+HoldAllowed(IdemTable *table)
 {
 	return held_count < IDEM_MAX_HELD && WritableAtCommit(table) &&
 		!InSecurityRestrictedOperation();
@@ -477,17 +482,21 @@ NewEntry(IdemTable *table, Oid nspid, text *scope, text *operation,
 }
 
 /*
- * Hold the reservation of a key in table, whose key lock the caller keeps:
- * check what its write will check, take the lock its write takes, and
- * remember it with the role and security context that reserved.
+ * Reserve an absent key of table by holding it, when it may be held (see
+ * the file header): check what its write will check, take the lock its
+ * write takes, and remember it with the role and security context that
+ * reserved; the caller then keeps the key lock.  false: write it at once.
+ * The caller holds the key lock and found no record.
  */
-void
-IdemHeldAdd(IdemTable *table, Oid nspid, text *scope, text *operation,
-			text *key, bytea *hash, Interval *ttl, TimestampTz created_at,
-			TimestampTz expires_at, bool completed)
+bool
+IdemHeldHold(IdemTable *table, Oid nspid, text *scope, text *operation,
+			 text *key, bytea *hash, Interval *ttl, TimestampTz created_at,
+			 TimestampTz expires_at, bool completed)
 {
 	IdemHeld   *h;
 
+	if (!HoldAllowed(table))
+		return false;
 	IdemRecordsCheckWritable(table, ACL_INSERT,
 							 completed ? "idem_consume()" : "idem_reserve()");
 	if (table->lockmode < RowExclusiveLock)
@@ -503,6 +512,7 @@ IdemHeldAdd(IdemTable *table, Oid nspid, text *scope, text *operation,
 	h->next = held_keys;
 	held_keys = h;
 	held_count++;
+	return true;
 }
 
 /*
@@ -519,4 +529,76 @@ IdemHeldConsumedAtOnce(IdemTable *table, Oid nspid, text *scope,
 	h->written = h->subid;
 	h->next = consumed_keys;
 	consumed_keys = h;
+}
+
+/*
+ * A reservation of a key this transaction holds, answered as for a record
+ * of its own (processing, or completed for idem_consume): in_progress,
+ * replay, or mismatch for another request.  false: the key is not held.
+ */
+bool
+IdemHeldAnswer(Oid nspid, text *scope, text *operation, text *key,
+			   bytea *hash, IdemReservation *result)
+{
+	IdemHeld   *h = FindHeld(nspid, scope, operation, key);
+
+	if (h == NULL)
+		return false;
+	result->outcome = IdemHashesDiffer(h->hash, hash) ? IDEM_MISMATCH :
+		h->completed ? IDEM_REPLAY : IDEM_IN_PROGRESS;
+	if (result->outcome == IDEM_REPLAY)
+	{
+		result->has_expires_at = true;
+		result->expires_at = h->expires_at;
+	}
+	return true;
+}
+
+/*
+ * Complete (completes) or checkpoint a key this transaction holds: its one
+ * write, with the columns set in change, its heartbeat now and a
+ * completion's expiry counted from now.  false: the key is not held.
+ */
+bool
+IdemHeldChange(Oid nspid, text *scope, text *operation, text *key,
+			   IdemRow *change, bool completes, const char *function)
+{
+	IdemHeld   *h = FindHeld(nspid, scope, operation, key);
+	TimestampTz now;
+
+	if (h == NULL)
+		return false;
+	now = GetCurrentTimestamp();
+	IdemRowSet(change, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
+	if (completes)
+		IdemRowSet(change, COL_EXPIRES_AT,
+				   TimestampTzGetDatum(IdemAddTtl(now, h->ttl)), false);
+	WriteHeld(h, change, function, false);
+	return true;
+}
+
+/* Write the record of a key this transaction holds now, as reserved, if it holds it */
+void
+IdemHeldWriteNow(Oid nspid, text *scope, text *operation, text *key,
+				 const char *function)
+{
+	IdemHeld   *h = FindHeld(nspid, scope, operation, key);
+
+	if (h != NULL)
+		WriteHeld(h, NULL, function, false);
+}
+
+/*
+ * The record of a key this transaction holds, as it will be written, into
+ * row.  false: the key is not held.
+ */
+bool
+IdemHeldRecord(Oid nspid, text *scope, text *operation, text *key, IdemRow *row)
+{
+	IdemHeld   *h = FindHeld(nspid, scope, operation, key);
+
+	if (h == NULL)
+		return false;
+	HeldRow(h, NULL, row);
+	return true;
 }

@@ -13,40 +13,25 @@
 #include "records.h"
 
 /*
- * A reservation this transaction holds, or an idem_consume record it wrote
- * at once (see held.c)
+ * keys.c asks held.c once per operation, and never looks inside a held
+ * reservation: whether a key is held, and what that means for the
+ * operation, is said here.
  */
-typedef struct IdemHeld
-{
-	struct IdemHeld *next;
-	Oid			nspid;			/* of the extension whose idem_keys it is */
-	Oid			relid;			/* that idem_keys, by OID */
-	text	   *scope;
-	text	   *operation;
-	text	   *key;
-	bytea	   *hash;			/* NULL without a request */
-	Interval   *ttl;
-	TimestampTz created_at;		/* the reservation's time, and its heartbeat */
-	TimestampTz expires_at;		/* as reserved */
-	bool		completed;		/* idem_consume's: written completed, its
-								 * expiry counted from the write */
-	Oid			roleid;			/* the role that reserved */
-	int			sec_context;	/* and its security context */
-	SubTransactionId subid;		/* the subtransaction that holds it */
-	SubTransactionId written;	/* the one that wrote it; Invalid: not yet */
-} IdemHeld;
-
 extern void IdemHeldInit(void);
-extern bool IdemHeldAllowed(IdemTable *table);
-extern void IdemHeldAdd(IdemTable *table, Oid nspid, text *scope,
-						text *operation, text *key, bytea *hash,
-						Interval *ttl, TimestampTz created_at,
-						TimestampTz expires_at, bool completed);
+extern bool IdemHeldAnswer(Oid nspid, text *scope, text *operation, text *key,
+						   bytea *hash, IdemReservation *result);
+extern bool IdemHeldHold(IdemTable *table, Oid nspid, text *scope,
+						 text *operation, text *key, bytea *hash,
+						 Interval *ttl, TimestampTz created_at,
+						 TimestampTz expires_at, bool completed);
 extern void IdemHeldConsumedAtOnce(IdemTable *table, Oid nspid, text *scope,
 								   text *operation, text *key, Interval *ttl);
-extern IdemHeld *IdemHeldFind(Oid nspid, text *scope, text *operation,
-							  text *key);
-extern void IdemHeldRow(IdemHeld *h, IdemRow *change, IdemRow *row);
-extern void IdemHeldWrite(IdemHeld *h, IdemRow *change, const char *function);
+extern bool IdemHeldChange(Oid nspid, text *scope, text *operation, text *key,
+						   IdemRow *change, bool completes,
+						   const char *function);
+extern void IdemHeldWriteNow(Oid nspid, text *scope, text *operation,
+							 text *key, const char *function);
+extern bool IdemHeldRecord(Oid nspid, text *scope, text *operation, text *key,
+						   IdemRow *row);
 
 #endif							/* IDEM_HELD_H */

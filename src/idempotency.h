@@ -216,9 +216,11 @@ extern int	IdemErrdetailHandler(IdemHandlerFault fault, Oid handler,
 extern Oid	IdemFunctionOwner(Oid handler);
 extern bool IdemCanActAs(Oid member, Oid role);
 
-/* records.c: helpers of every part (the rest of it is in records.h) */
+/* catalog.c: the installed version of an extension */
 extern char *IdemExtensionVersion(const char *extname, Oid *nspid);
 extern bool IdemCatalogIsPrevious(void);
+
+/* records.c: helpers of every part (the rest of it is in records.h) */
 pg_noreturn extern void IdemReportMissingTable(const char *relname);
 
 /*

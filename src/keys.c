@@ -7,33 +7,6 @@
  *	  The table itself belongs to records.c: every read here is its
  *	  primary-key lookup, every write goes through its executor writer.
  *
- * Locking rules
- * -------------
- *	- Every call reads the record with a dirty snapshot (as unique
- *	  checks do): it sees committed rows whatever the caller's snapshot, and
- *	  rows other open transactions are inserting, updating or deleting.
- *	- idem_reserve never waits.  A row another transaction is writing or
- *	  row-locking is in_progress (mismatch if its fingerprint differs); a
- *	  committed live row decides by itself (replay, stuck, mismatch,
- *	  in_progress).
- *	- Each reservation takes the key lock (an advisory lock of the key's
- *	  hash) without waiting, reads, writes if it must, and releases the lock
- *	  at once: from then on its uncommitted row speaks for the key.  One
- *	  that finds the lock taken reads all the same and answers from what it
- *	  sees, in_progress unless a live record decides.
- *	- Except a held reservation (below): a new key keeps its key lock to the
- *	  end of the transaction, and the lock speaks for the key until the
- *	  record is written.
- *	- idem_complete, idem_checkpoint and idem_release that find no record
- *	  wait for another transaction holding the key lock, then look again.
- *	- Renewing an expired row first locks that row version without waiting:
- *	  a row another transaction locks or deletes answers in_progress.
- *	- Every update of a record (complete, checkpoint, flag, renew) takes the
- *	  key lock for the write itself (records.c), so a reservation, which
- *	  reads under it, sees the old version or the new one, never neither.
- *	- idem_complete, idem_checkpoint, idem_release and idem_consume(wait)
- *	  do wait: for the writer of the row, then for its row lock.
- *
  * The key lock is a heavyweight lock in the advisory lock space of the
  * database, tagged with a 64-bit hash of (scope, operation, key) and a
  * fourth field IDEM_LOCKTAG_SPACE (objsubid 26980 in pg_locks), so it never
@@ -41,31 +14,14 @@
  * call (or to the end of the transaction for at most IDEM_MAX_HELD held
  * reservations), it lets a transaction reserve any number of keys.
  *
- * Held reservations: one write per request
- * ----------------------------------------
- * A reservation of an absent key does not write: it keeps the key lock to
- * the end of the transaction (owned by the current subtransaction) and
- * held.c remembers it; its record is written once, later (by idem_complete,
- * idem_checkpoint or idem_release here, before any DDL of the transaction,
- * or at commit), as the write the reservation would have made at once: as
- * the role that reserved, under the table lock an immediate write takes,
- * into the table by OID.  held.c's header says when a reservation is held
- * and how.  What another session sees meanwhile: no row, and the key lock
- * taken, which idem_reserve answers with in_progress at once (a different
- * request too: its mismatch shows once the record is written), and which
- * idem_complete, idem_checkpoint and idem_release wait for, as they wait
- * for the writer of an uncommitted row.  idem_consume's record is held
- * the same way, and written completed at commit, its ttl counted from
- * then; one written at once is written again at commit (held.c).
- *
- * Times are clock times of the call (GetCurrentTimestamp(), as
- * clock_timestamp()), never the start of the statement, the client's message
- * or the transaction: a record is created when idem_reserve runs, updated_at
- * (the heartbeat) is the time of the last write, and a completion sets
- * expires_at to the time idem_complete runs plus the ttl (idem_consume's
- * to the time of its transaction's commit plus the ttl).  A procedure, a
- * PL/pgSQL block, an idem_call handler or a message of many statements that
- * runs longer than the ttl before completing so still commits a live record.
+ * A reservation of an absent key does not write: it is held (held.c),
+ * its key lock kept to the end of the transaction, and its record written
+ * once, later, as the write the reservation would have made.  Meanwhile
+ * another session sees no row and the key lock taken: idem_reserve answers
+ * in_progress at once (a different request too: its mismatch shows once
+ * the record is written), and idem_complete, idem_checkpoint and
+ * idem_release wait for the holder as for the writer of an uncommitted
+ * row.  The rules of the locks and waits are above ReserveRecord.
  *
  *-------------------------------------------------------------------------
  */
@@ -324,7 +280,17 @@ IdemFunctionNamespace(FunctionCallInfo fcinfo)
 	return GetFnCache(fcinfo)->nspid;
 }
 
-/* The time a call counts from: the clock, not the statement's start */
+/*
+ * The time a call counts from: the clock, not the statement's start.
+ * Times are clock times of the call (GetCurrentTimestamp(), as
+ * clock_timestamp()), never the start of the statement, the client's message
+ * or the transaction: a record is created when idem_reserve runs, updated_at
+ * (the heartbeat) is the time of the last write, and a completion sets
+ * expires_at to the time idem_complete runs plus the ttl (idem_consume's
+ * to the time of its transaction's commit plus the ttl).  A procedure, a
+ * PL/pgSQL block, an idem_call handler or a message of many statements that
+ * runs longer than the ttl before completing so still commits a live record.
+ */
 static TimestampTz
 CallTime(void)
 {
@@ -343,9 +309,7 @@ EffectiveTtl(Interval *ttl, TimestampTz now)
 		result->time = (int64) idem_default_ttl_s * USECS_PER_SEC;
 		return result;
 	}
-	if (DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												TimestampTzGetDatum(now),
-												IntervalPGetDatum(ttl))) <= now)
+	if (IdemAddTtl(now, ttl) <= now)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"ttl\" must be positive"),
@@ -374,29 +338,11 @@ RecordTtl(const IdemRecord *rec, TimestampTz now)
 	return EffectiveTtl(NULL, now);
 }
 
-/* when + ttl */
-static TimestampTz
-AddTtl(TimestampTz when, Interval *ttl)
-{
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-												   TimestampTzGetDatum(when),
-												   IntervalPGetDatum(ttl)));
-}
-
 /* Is a completed record past its expires_at, and so gone? */
 static bool
 IsExpired(const IdemRecord *rec, TimestampTz now)
 {
 	return rec->status == STATUS_COMPLETED && rec->expires_at <= now;
-}
-
-/* Do two fingerprints differ (IS DISTINCT FROM)? */
-static bool
-HashDiffers(bytea *a, bytea *b)
-{
-	if (a == NULL || b == NULL)
-		return a != b;
-	return !IdemVarlenaEqual(a, b);
 }
 
 /*
@@ -436,7 +382,7 @@ static void
 ClassifyRecord(const IdemRecord *rec, bytea *hash, TimestampTz now,
 			   IdemReservation *result)
 {
-	if (HashDiffers(rec->request_hash, hash))
+	if (IdemHashesDiffer(rec->request_hash, hash))
 		result->outcome = IDEM_MISMATCH;
 	else if (rec->status == STATUS_COMPLETED)
 	{
@@ -520,9 +466,35 @@ CountReservation(KeyRequest *req, IdemReservation *result)
 }
 
 /*
+ * Locking rules
+ * -------------
+ *	- Every call reads the record with a dirty snapshot (as unique
+ *	  checks do): it sees committed rows whatever the caller's snapshot, and
+ *	  rows other open transactions are inserting, updating or deleting.
+ *	- idem_reserve never waits.  A row another transaction is writing or
+ *	  row-locking is in_progress (mismatch if its fingerprint differs); a
+ *	  committed live row decides by itself (replay, stuck, mismatch,
+ *	  in_progress).
+ *	- Each reservation takes the key lock (an advisory lock of the key's
+ *	  hash) without waiting, reads, writes if it must, and releases the lock
+ *	  at once: from then on its uncommitted row speaks for the key.  One
+ *	  that finds the lock taken reads all the same and answers from what it
+ *	  sees, in_progress unless a live record decides.
+ *	- Except a held reservation (held.c): a new key keeps its key lock to the
+ *	  end of the transaction, and the lock speaks for the key until the
+ *	  record is written.
+ *	- idem_complete, idem_checkpoint and idem_release that find no record
+ *	  wait for another transaction holding the key lock, then look again.
+ *	- Renewing an expired row first locks that row version without waiting:
+ *	  a row another transaction locks or deletes answers in_progress.
+ *	- Every update of a record (complete, checkpoint, flag, renew) takes the
+ *	  key lock for the write itself (records.c), so a reservation, which
+ *	  reads under it, sees the old version or the new one, never neither.
+ *	- idem_complete, idem_checkpoint, idem_release and idem_consume(wait)
+ *	  do wait: for the writer of the row, then for its row lock.
+ *
  * Reserve a key for the current transaction, or say why not.  The outcomes
- * and their order are the contract's table; the locking rules are in the
- * file header.
+ * and their order are the contract's table.
  */
 static void
 ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
@@ -530,20 +502,11 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 	IdemTable	table;
 	LOCKTAG		tag;
 	bool		locked = false;
-	IdemHeld   *held;
 
 	memset(result, 0, sizeof(*result));
-	held = IdemHeldFind(nspid, req->scope, req->operation, req->key);
-	if (held != NULL)
+	if (IdemHeldAnswer(nspid, req->scope, req->operation, req->key, req->hash,
+					   result))
 	{
-		/* As for a record of this transaction: processing, or completed */
-		result->outcome = HashDiffers(held->hash, req->hash) ? IDEM_MISMATCH :
-			held->completed ? IDEM_REPLAY : IDEM_IN_PROGRESS;
-		if (result->outcome == IDEM_REPLAY)
-		{
-			result->has_expires_at = true;
-			result->expires_at = held->expires_at;
-		}
 		CountReservation(req, result);
 		return;
 	}
@@ -573,7 +536,7 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 			 * fingerprint is a mismatch whatever becomes of it, so say so now
 			 * rather than depend on timing.
 			 */
-			if (!IsExpired(&rec, req->now) && HashDiffers(rec.request_hash, req->hash))
+			if (!IsExpired(&rec, req->now) && IdemHashesDiffer(rec.request_hash, req->hash))
 				result->outcome = IDEM_MISMATCH;
 			else if (req->flags & IDEM_RESERVE_WAIT)
 			{
@@ -614,12 +577,12 @@ ReserveRecord(Oid nspid, KeyRequest *req, IdemReservation *result)
 			result->outcome = IDEM_IN_PROGRESS;
 			break;
 		}
-		if (sight == SIGHT_ABSENT && IdemHeldAllowed(&table))
+		if (sight == SIGHT_ABSENT &&
+			IdemHeldHold(&table, nspid, req->scope, req->operation, req->key,
+						 req->hash, req->ttl, req->now, req->expires_at,
+						 (req->flags & IDEM_RESERVE_COMPLETED) != 0))
 		{
 			/* Written later, once (held.c); the lock stays */
-			IdemHeldAdd(&table, nspid, req->scope, req->operation, req->key,
-						req->hash, req->ttl, req->now, req->expires_at,
-						(req->flags & IDEM_RESERVE_COMPLETED) != 0);
 			locked = false;
 			result->outcome = IDEM_NEW;
 			result->has_expires_at = true;
@@ -666,7 +629,7 @@ Reserve(Oid nspid, text *scope, text *operation, text *key, Jsonb *request,
 	req.hash = request ? IdemHashJsonb(request) : NULL;
 	req.now = CallTime();
 	req.ttl = EffectiveTtl(ttl, req.now);
-	req.expires_at = AddTtl(req.now, req.ttl);
+	req.expires_at = IdemAddTtl(req.now, req.ttl);
 	req.flags = flags;
 	ReserveRecord(nspid, &req, result);
 }
@@ -836,20 +799,12 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 	IdemWriter	w;
 	IdemRecord	rec;
 	TimestampTz now;
-	IdemHeld   *held = IdemHeldFind(nspid, scope, operation, key);
 	const char *function = action == ACTION_COMPLETE ? "idem_complete()" : "idem_checkpoint()";
 
-	if (held != NULL)
-	{
-		/* The one write of a held reservation, with this change */
-		now = CallTime();
-		IdemRowSet(row, COL_UPDATED_AT, TimestampTzGetDatum(now), false);
-		if (action == ACTION_COMPLETE)
-			IdemRowSet(row, COL_EXPIRES_AT,
-					   TimestampTzGetDatum(AddTtl(now, held->ttl)), false);
-		IdemHeldWrite(held, row, function);
+	/* The one write of a held reservation, with this change */
+	if (IdemHeldChange(nspid, scope, operation, key, row,
+					   action == ACTION_COMPLETE, function))
 		return;
-	}
 
 	IdemRecordsOpen(nspid, scope, RowExclusiveLock, &table);
 	IdemRecordsCheckReadable(&table);
@@ -864,7 +819,7 @@ ChangeLiveRecord(Oid nspid, KeyAction action, text *scope, text *operation,
 	if (action == ACTION_COMPLETE)
 	{
 		IdemRowSet(row, COL_EXPIRES_AT,
-				   TimestampTzGetDatum(AddTtl(now, RecordTtl(&rec, now))),
+				   TimestampTzGetDatum(IdemAddTtl(now, RecordTtl(&rec, now))),
 				   false);
 	}
 	(void) IdemRecordsUpdate(&w, row, true);
@@ -914,11 +869,9 @@ IdemRelease(Oid nspid, text *scope, text *operation, text *key)
 	IdemWriter	w;
 	IdemRecord	rec;
 	bool		found;
-	IdemHeld   *held = IdemHeldFind(nspid, scope, operation, key);
 
 	/* A held reservation is written first, and then deleted as any other */
-	if (held != NULL)
-		IdemHeldWrite(held, NULL, "idem_release()");
+	IdemHeldWriteNow(nspid, scope, operation, key, "idem_release()");
 
 	IdemRecordsOpen(nspid, scope, RowExclusiveLock, &table);
 	IdemRecordsCheckReadable(&table);
@@ -1210,7 +1163,7 @@ idem_lookup(PG_FUNCTION_ARGS)
 		Snapshot	snapshot;
 		MemoryContext oldcxt;
 		Oid			nspid;
-		IdemHeld   *held;
+		IdemRow		r;
 
 		GetKeyArgs(fcinfo, 0, 1, 2, &operation, &key, &scope);
 
@@ -1234,13 +1187,9 @@ idem_lookup(PG_FUNCTION_ARGS)
 		IdemRecordsCheckReadable(&table);
 		row = palloc(sizeof(Datum));
 		snapshot = RegisterSnapshot(LookupSnapshot());
-		held = IdemHeldFind(nspid, scope, operation, key);
-		if (held != NULL)
+		if (IdemHeldRecord(nspid, scope, operation, key, &r))
 		{
 			/* Not written yet: the record as it will be (held.c) */
-			IdemRow		r;
-
-			IdemHeldRow(held, NULL, &r);
 			*row = LookupResultRow(fcinfo, &table, IdemRecordsFormRow(&table, &r));
 			funcctx->user_fctx = row;
 			funcctx->max_calls = 1;

@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * records.h
- *	  The one owner of table idem_keys (records.c): its column layout, the
- *	  primary-key lookup and the writes through the executor.  keys.c,
- *	  patterns.c (through keys.c) and maintenance.c reach the table only
- *	  through these routines.
+ *	  The one owner of table idem_keys (records.c): the primary-key lookup
+ *	  and the writes through the executor; its column layout (layout.c).
+ *	  keys.c, held.c, patterns.c (through keys.c) and maintenance.c reach
+ *	  the table only through these routines.
  *
  *-------------------------------------------------------------------------
  */
@@ -80,7 +80,7 @@ typedef struct IdemTable
 											 * catalog */
 	Oid			pkey;			/* the primary key (scope, operation, key) */
 	bool		own_rules;		/* no rule of the owner's on its writes
-								 * (records.c, OnlyOwnRules) */
+								 * (layout.c, OnlyOwnRules) */
 	bool		member;			/* idem_keys itself, a member of the
 								 * extension */
 	bool		shard;			/* a shard of it on this node, by Citus's
@@ -147,6 +147,22 @@ extern void IdemRowNewRecord(IdemRow *row, text *scope, text *operation,
 							 TimestampTz created_at, TimestampTz updated_at,
 							 TimestampTz expires_at, Interval *ttl);
 extern void IdemRowSet(IdemRow *row, IdemColumn col, Datum value, bool isnull);
+extern TimestampTz IdemAddTtl(TimestampTz when, Interval *ttl);
+
+/* layout.c: the checks of the table's layout, for records.c */
+extern void IdemLayoutOf(IdemTable *table);
+extern void IdemLayoutRuleStates(ResultRelInfo *rri);
+extern const char *IdemColumnName(IdemColumn col);
+extern char *IdemQualifiedName(Relation rel);
+
+/* Do two fingerprints differ (IS DISTINCT FROM)? */
+static inline bool
+IdemHashesDiffer(bytea *a, bytea *b)
+{
+	if (a == NULL || b == NULL)
+		return a != b;
+	return !IdemVarlenaEqual(a, b);
+}
 
 /* The value of column col in slot (which has all attributes deformed) */
 #define SlotColumn(table, slot, col) \

@@ -89,6 +89,27 @@ BEGIN
 END
 $$;
 
+-- x6, (e) in the form most PL/pgSQL callers write: SELECT * INTO from the
+-- function in FROM (a function scan), the form issue 38 measured
+CREATE FUNCTION bench_pay_ext_select(p_key text, p_order text, p_amount int)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+	r record;
+	pid bigint;
+	body jsonb;
+BEGIN
+	SELECT * INTO r FROM idem_reserve('create-payment', p_key,
+		jsonb_build_object('order_id', p_order, 'amount', p_amount), 'acct-1');
+	IF r.outcome <> 'new' THEN
+		RETURN r.response;
+	END IF;
+	INSERT INTO bench_payments (order_id, amount) VALUES (p_order, p_amount) RETURNING id INTO pid;
+	body := jsonb_build_object('payment_id', pid, 'status', 'paid');
+	PERFORM idem_complete('create-payment', p_key, body, 201, pid::text, 'acct-1');
+	RETURN body;
+END
+$$;
+
 -- idem_call's handler: the same payment row as (e)
 CREATE FUNCTION bench_pay_handler(request jsonb)
 RETURNS jsonb LANGUAGE plpgsql AS $$

@@ -1,0 +1,2 @@
+\set k random(1, 9000000000000000)
+SELECT bench_pay_ext_select('k-:k', 'o-:k-' || repeat('x', 10000), 100);
