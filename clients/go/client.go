@@ -130,10 +130,13 @@ var (
 	ErrStuck = errors.New("idempotency: a request with this key is stuck")
 	// ErrUnavailable wraps the error of a database that cannot be used
 	// now (503 unavailable): no pooled connection within
-	// [WithAcquireTimeout], the request past [WithTimeLimit], or the
-	// connection lost under the transaction. It was rolled back; lost
-	// during COMMIT it is committed or not, which the retry finds out.
+	// [WithAcquireTimeout], or the connection lost under the transaction.
+	// It was rolled back; lost during COMMIT it is committed or not, which
+	// the retry finds out.
 	ErrUnavailable = errors.New("idempotency: the database connection was lost")
+	// ErrTimeLimit: the request ran past [WithTimeLimit] and was rolled
+	// back, its key freed (503 time-limit).
+	ErrTimeLimit = errors.New("idempotency: the request ran past its time limit")
 )
 
 // Request identifies one idempotent call.
@@ -288,7 +291,7 @@ func (c *Client) run(ctx context.Context, cfg *config, req Request, fn func(cont
 	var raised error
 	res.Response, raised = fn(fnCtx, tx)
 	if cfg.timeLimit > 0 && time.Since(start) > cfg.timeLimit {
-		return res, fmt.Errorf("%w: the request ran past its time limit of %v", ErrUnavailable, cfg.timeLimit)
+		return res, fmt.Errorf("%w of %v", ErrTimeLimit, cfg.timeLimit)
 	}
 	// from here on, the error returned is fn's own (raised) unless the
 	// completion fails

@@ -28,6 +28,9 @@ const (
 	// connection lost before COMMIT: nothing was kept (or, lost during
 	// COMMIT, the retry replays).
 	CodeUnavailable = "unavailable"
+	// CodeTimeLimit answers a request that ran past WithTimeLimit: rolled
+	// back, its key free for the retry.
+	CodeTimeLimit = "time-limit"
 	// CodePayloadTooLarge answers a body over the limit of an
 	// http.MaxBytesReader installed before the middleware.
 	CodePayloadTooLarge = "payload-too-large"
@@ -75,6 +78,7 @@ func DefaultMapping() Mapping {
 			CodeInternalError:       {500, "Internal error", "The request could not be processed.", false},
 			CodePayloadTooLarge:     {413, "Request too large", "The request body is too large.", false},
 			CodeUnavailable:         {503, "Database unavailable", "The database cannot be reached at the moment; retry later.", true},
+			CodeTimeLimit:           {503, "Request time limit", "The request ran past its time limit and was rolled back; retry it.", true},
 		},
 		SQLStates: map[string]string{
 			"22023": CodeInvalidRequest,

@@ -260,6 +260,9 @@ func (cfg *config) errorResponse(err error, r *http.Request) Response {
 		return cfg.problemResponse(CodeStuck, "")
 	case errors.Is(err, ErrUnsupportedEnvelope):
 		return cfg.problemResponse(CodeUnsupportedEnvelope, "")
+	case errors.Is(err, ErrTimeLimit):
+		cfg.logger.Warn("idempotency: the request ran past its time limit; rolled back", "method", r.Method, "path", r.URL.Path)
+		return cfg.problemResponse(CodeTimeLimit, "")
 	}
 	var unsendable *CompletionError
 	if errors.As(err, &unsendable) {

@@ -263,8 +263,8 @@ func WithAcquireTimeout(d time.Duration) Option {
 // session idle in the transaction, past it (statement_timeout and
 // idle_in_transaction_session_timeout, set for the transaction only), which
 // frees the key; the handler's context has the deadline; and a handler
-// that returns past it is rolled back and answered 503 unavailable with
-// Retry-After ([ErrUnavailable]). Keep it below the server's
+// that returns past it is rolled back and answered 503 time-limit with
+// Retry-After ([ErrTimeLimit]). Keep it below the server's
 // idempotency.processing_timeout, so that a hung handler never holds a key
 // long enough to make it stuck.
 func WithTimeLimit(d time.Duration) Option {

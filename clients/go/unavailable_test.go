@@ -184,7 +184,7 @@ func TestAcquireDeadline(t *testing.T) {
 
 // TestTimeLimit: past WithTimeLimit the key's transaction is rolled back
 // and the key freed while the handler still hangs; the hung request is
-// answered 503 unavailable
+// answered 503 time-limit
 func TestTimeLimit(t *testing.T) {
 	c := newClient(t, testPool, WithTimeLimit(400*time.Millisecond))
 	for name, hang := range map[string]func(r *http.Request) error{
@@ -222,7 +222,7 @@ func TestTimeLimit(t *testing.T) {
 				t.Fatalf("the retry while the first hangs: %d %s", w.Code, w.Body)
 			}
 			w := <-hung
-			if w.Code != 503 || w.Header().Get("Retry-After") != "1" || problemCode(t, w) != CodeUnavailable {
+			if w.Code != 503 || w.Header().Get("Retry-After") != "1" || problemCode(t, w) != CodeTimeLimit {
 				t.Fatalf("the hung request: %d %v %s after %v", w.Code, w.Header(), w.Body, time.Since(start))
 			}
 			if n := effects(t); n != 1 || calls.Load() != 2 {

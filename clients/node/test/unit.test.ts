@@ -167,10 +167,7 @@ describe('the mapping', () => {
       'missing-key': [400, false], 'invalid-key': [400, false], unauthenticated: [401, false], 'invalid-request': [400, false],
       'in-progress': [409, true], stuck: [409, true], mismatch: [422, false], 'read-only': [503, true], retry: [503, true],
       'unsupported-envelope': [500, false], 'payload-too-large': [413, false], 'internal-error': [500, false],
-      // the database cannot be reached: a row proposed for doc/clients.md (issue 40, item 5)
-      unavailable: [503, true],
-      // past the route's time limit: a row proposed for doc/clients.md (issue 40, item 4)
-      'time-limit': [503, true],
+      unavailable: [503, true], 'time-limit': [503, true],
     });
   });
   it('answers problem+json with Retry-After, which the user can change', () => {

@@ -571,7 +571,7 @@ class Behaviour:
         assert retry.status == 201 and "idempotent-replayed" not in retry.headers, retry.body
         answer = first[0]
         assert answer.status == 503 and answer.headers["retry-after"] == "1", answer.body
-        assert answer.json()["code"] == "timeout"
+        assert answer.json()["code"] == "time-limit"
         assert db.effects() == 1
         assert db.records("completed") == 1
 

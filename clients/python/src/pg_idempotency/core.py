@@ -81,7 +81,7 @@ def time_limit_params(settings: IdempotencySettings) -> tuple[str, str] | None:
 
 
 class TimeLimitExceeded(Exception):
-    """The handler ran past ``time_limit``: rolled back, 503 ``timeout``."""
+    """The handler ran past ``time_limit``: rolled back, 503 ``time-limit``."""
 
 
 #: The header a replay carries.

@@ -77,9 +77,9 @@ DEFAULT_MAPPING: Mapping[str, Problem] = MappingProxyType(
         ),
         "read-only": Problem(503, "Database read-only", "The database is read-only; retry later.", retry_after=True),
         "retry": Problem(503, "Retry", "The request conflicted with another one; retry it.", retry_after=True),
-        "timeout": Problem(
+        "time-limit": Problem(
             503,
-            "Request timed out",
+            "Request time limit",
             "The request took longer than this service allows; nothing was kept. Retry it.",
             retry_after=True,
         ),
@@ -110,8 +110,8 @@ SQLSTATE_CODES: Mapping[str, str] = MappingProxyType(
         "25006": "read-only",
         "40001": "retry",
         "40P01": "retry",
-        "57014": "timeout",
-        "25P03": "timeout",
+        "57014": "time-limit",
+        "25P03": "time-limit",
         "ID003": "in-progress",
         "ID004": "mismatch",
         "ID005": "stuck",

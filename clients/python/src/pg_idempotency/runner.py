@@ -137,7 +137,7 @@ def library_answer(settings: IdempotencySettings, e: BaseException) -> ResponseD
         return problem(settings, e.code)
     if isinstance(e, TimeLimitExceeded):
         logger.warning("the handler ran past time_limit; its transaction was rolled back")
-        return problem(settings, "timeout")
+        return problem(settings, "time-limit")
     if isinstance(e, UnsendableResponse):
         logger.error("the response cannot be sent or stored; its transaction was rolled back: %s", e)
         return problem(settings, "internal-error")

@@ -62,7 +62,7 @@ class IdempotencySettings:
             exception. Default: none (every raised error is rolled back).
         time_limit: how long the key's transaction may take from the handler's
             start; past it the transaction is rolled back, the key freed and
-            the request answered 503 ``timeout`` (``None``: no limit). The
+            the request answered 503 ``time-limit`` (``None``: no limit). The
             async integrations cancel the handler; the sync ones set the
             transaction's ``statement_timeout`` and
             ``idle_in_transaction_session_timeout``, so that a handler that
