@@ -40,6 +40,9 @@ BEGIN
 END $$;
 SET idempotency.processing_timeout = '5min';
 SET mt.session = 'test';
+-- The reconcilers registered here run as the superuser running the test,
+-- which the operator must allow (sql/reconcilers.sql shows the default)
+SET idempotency.enable_superuser_reconcilers = on;
 
 -- Settle what earlier tests left behind, so that the counts below are ours
 SELECT idem_sweep() >= 0 AS swept, idem_flag_stuck() >= 0 AS flagged;

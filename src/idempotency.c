@@ -31,6 +31,9 @@ int			idem_processing_timeout_ms = 5 * 60 * 1000;
 /* idempotency.reconciler_timeout, in milliseconds */
 int			idem_reconciler_timeout_ms = 5 * 60 * 1000;
 
+/* idempotency.enable_superuser_reconcilers */
+bool		idem_enable_superuser_reconcilers = false;
+
 void		_PG_init(void);
 
 /* Define settings and register the parts of the module */
@@ -74,6 +77,22 @@ _PG_init(void)
 							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	/*
+	 * Superuser-set, as pg_cron's cron.enable_superuser_jobs: a reconciler
+	 * runs unattended with its run-as role's rights and trusts every object
+	 * it touches, so only the operator may let that role be a superuser
+	 * (postgresql.conf, or ALTER DATABASE ... SET for one database, which
+	 * the worker reads).
+	 */
+	DefineCustomBoolVariable("idempotency.enable_superuser_reconcilers",
+							 "Allows reconcilers that run as a superuser.",
+							 "Off: registering a reconciler that runs as a superuser is refused, and one registered before is skipped with a WARNING.  On: every table, view, type and function such a reconciler touches runs with superuser rights.",
+							 &idem_enable_superuser_reconcilers,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	IdemHeldInit();
 	IdemStatsInit();

@@ -119,6 +119,7 @@ IdemVarlenaEqual(const struct varlena *a, const struct varlena *b)
 extern int	idem_default_ttl_s;
 extern int	idem_processing_timeout_ms;
 extern int	idem_reconciler_timeout_ms;
+extern bool idem_enable_superuser_reconcilers;
 
 /* keys.c: the C API the SQL functions, the worker and the patterns share */
 extern const char *IdemOutcomeName(IdemOutcome outcome);

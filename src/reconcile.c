@@ -12,6 +12,9 @@
  * the row (registered_by, set by the trigger).  Nothing in that row is
  * trusted at call time, since anyone who may write the table can write any
  * value and rights change after a write.  Before every call:
+ *	- run_as is no superuser, unless idempotency.enable_superuser_reconcilers
+ *	  is on (registration is refused the same way): a reconciler trusts
+ *	  everything its body touches, as its role does by hand;
  *	- the signature is resolved again under the pinned search_path, and the
  *	  function checked to be a plain function(idem_keys) that run_as may
  *	  execute (handlers.c), and run_as and registered_by to exist;
@@ -123,6 +126,7 @@ typedef enum Control
 	CONTROL_REGISTRAR_GONE,		/* the registrar no longer exists */
 	CONTROL_HANDLER_GONE,		/* no function has the stored signature */
 	CONTROL_HANDLER_FAULT,		/* the function is not a reconciler */
+	CONTROL_SUPERUSER,			/* run_as is a superuser, and not allowed */
 	CONTROL_REGISTRAR,			/* wrote the row: chose function and role */
 	CONTROL_FUNCTION,			/* owns the function: can change its body */
 	CONTROL_SESSION,			/* the calling session, with temporary objects */
@@ -551,6 +555,8 @@ ErrhintSkipped(const TrustCheck *tc, const char *role, const char *schema,
 		case CONTROL_REGISTRAR_GONE:
 		case CONTROL_HANDLER_FAULT:
 			return errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.");
+		case CONTROL_SUPERUSER:
+			return errhint("Register it again to run as a role that is not a superuser.  Turning on idempotency.enable_superuser_reconcilers lets every table, view, type and function a reconciler touches run code as a superuser.");
 		case CONTROL_HANDLER_GONE:
 			return errhint("Create the function again, register another reconciler with idem_set_reconciler, or remove it by passing NULL.");
 		case CONTROL_REGISTRAR:
@@ -629,6 +635,9 @@ ReportSkipped(const TrustCheck *tc)
 			 tc->what == CONTROL_REGISTRAR_GONE ?
 			 errdetail("The role that registered it, with OID %u, no longer exists.",
 					   tc->registered_by) :
+			 tc->what == CONTROL_SUPERUSER ?
+			 errdetail("It runs as role \"%s\", a superuser, and idempotency.enable_superuser_reconcilers is off.",
+					   run_as) :
 			 tc->what == CONTROL_HANDLER_GONE ?
 			 errdetail("No function has that signature: it was dropped or renamed since it was registered.") :
 			 tc->what == CONTROL_HANDLER_FAULT ?
@@ -710,6 +719,8 @@ ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype
 		Refuse(&tc, CONTROL_RUN_AS_GONE, rc->run_as, InvalidOid, NULL);
 	else if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(tc.registered_by)))
 		Refuse(&tc, CONTROL_REGISTRAR_GONE, tc.registered_by, InvalidOid, NULL);
+	else if (superuser_arg(rc->run_as) && !idem_enable_superuser_reconcilers)
+		Refuse(&tc, CONTROL_SUPERUSER, rc->run_as, InvalidOid, NULL);
 	(void) Trusted(&tc, tc.registered_by, CONTROL_REGISTRAR, InvalidOid);
 	if (!tc.refused && !OidIsValid(handler))
 		Refuse(&tc, CONTROL_HANDLER_GONE, InvalidOid, InvalidOid, NULL);
@@ -786,12 +797,21 @@ IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row)
 /*
  * Raise an ERROR unless handler can be a reconciler that runs as run_as:
  * a plain function(idem_keys), not returning a set, that run_as may
- * execute, owned by a role that may act as run_as.
+ * execute, owned by a role that may act as run_as; and run_as no
+ * superuser unless idempotency.enable_superuser_reconcilers says so.
  */
 void
 IdemReconcilerCheck(Oid handler, Oid rowtype, Oid run_as)
 {
 	IdemHandlerFault fault;
+
+	if (superuser_arg(run_as) && !idem_enable_superuser_reconcilers)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to register a reconciler that runs as superuser \"%s\"",
+						GetUserNameFromId(run_as, false)),
+				 errdetail("A reconciler runs unattended with the rights of its role, and idempotency.enable_superuser_reconcilers is off."),
+				 errhint("Register it to run as a role that is not a superuser.  Turning on idempotency.enable_superuser_reconcilers lets every table, view, type and function a reconciler touches run code as a superuser.")));
 
 	fault = IdemCheckHandler(handler, rowtype, InvalidOid, run_as, NULL);
 	if (fault == IDEM_HANDLER_OK)
