@@ -1834,6 +1834,21 @@ RunPass(IdemTxnMode mode, Oid nspid, int phases, int batch_size,
 }
 
 /*
+ * Refuse a maintenance function called from inside a reconciler call: its
+ * pass would run its own reconciler calls, whose clocks would replace the
+ * running call's, and the call could outlive idempotency.reconciler_timeout.
+ */
+static void
+PreventInReconciler(const char *function)
+{
+	if (reconciler_in_call)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s cannot be called from a reconciler", function),
+				 errdetail("A reconciler runs inside a maintenance pass, under that pass's time limit.")));
+}
+
+/*
  * One maintenance pass over the current database: sweep, flag, reconcile.
  * nspid InvalidOid finds the extension and does nothing where it is not
  * installed.  In worker mode, call it outside a transaction.
@@ -1853,6 +1868,7 @@ idem_sweep(PG_FUNCTION_ARGS)
 	IdemPassCounts counts;
 
 	PreventCommandIfReadOnly("idem_sweep()");
+	PreventInReconciler("idem_sweep()");
 
 	if (!PG_ARGISNULL(0))
 	{
@@ -1875,6 +1891,7 @@ idem_flag_stuck(PG_FUNCTION_ARGS)
 	IdemPassCounts counts;
 
 	PreventCommandIfReadOnly("idem_flag_stuck()");
+	PreventInReconciler("idem_flag_stuck()");
 
 	RunPass(IDEM_TXN_CALLER, IdemFunctionNamespace(fcinfo), PHASE_FLAG, 0,
 			NULL, &counts);
@@ -1888,6 +1905,7 @@ idem_reconcile(PG_FUNCTION_ARGS)
 	IdemPassCounts counts;
 
 	PreventCommandIfReadOnly("idem_reconcile()");
+	PreventInReconciler("idem_reconcile()");
 
 	RunPass(IDEM_TXN_CALLER, IdemFunctionNamespace(fcinfo), PHASE_RECONCILE,
 			0, NULL, &counts);
@@ -1907,6 +1925,7 @@ idem_maintain(PG_FUNCTION_ARGS)
 	IdemPassCounts counts;
 
 	PreventCommandIfReadOnly("idem_maintain()");
+	PreventInReconciler("idem_maintain()");
 
 	nonatomic = fcinfo->context != NULL &&
 		IsA(fcinfo->context, CallContext) &&
