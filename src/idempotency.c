@@ -19,6 +19,7 @@
 
 #include "held.h"
 #include "idempotency.h"
+#include "maintenance.h"
 
 PG_MODULE_MAGIC;
 
@@ -97,6 +98,7 @@ _PG_init(void)
 	IdemHeldInit();
 	IdemStatsInit();
 	IdemStatusInit();
+	IdemBackoffInit();
 	IdemWorkerInit();
 
 	MarkGUCPrefixReserved("idempotency");

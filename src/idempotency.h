@@ -246,7 +246,8 @@ typedef struct IdemReconciler
 	Oid			registered_by;
 } IdemReconciler;
 
-extern bool IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row);
+extern bool IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row,
+							   bool quiet);
 extern void IdemReconcilerCheck(Oid handler, Oid rowtype, Oid run_as);
 
 /* canonical.c */

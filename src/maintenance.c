@@ -77,7 +77,10 @@
  * batch runs again without it.  One subtransaction per batch, not per
  * record: a batch of thousands of subtransactions would overflow every
  * snapshot's subxid cache.  A reconciler runs in a subtransaction of its
- * own; its error or timeout is a WARNING and the pass goes on.  A cancel
+ * own; its error or timeout is a WARNING and the pass goes on.  The worker
+ * then leaves the record for a growing delay (backoff.c), also when the
+ * call's process was ended, so one stubborn reconciler costs only its
+ * record.  A cancel
  * (statement_timeout of a SQL caller, pg_cancel_backend) is never
  * swallowed.
 
@@ -148,6 +151,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "maintenance.h"
 #include "records.h"
 
 PG_FUNCTION_INFO_V1(idem_sweep);
@@ -1309,13 +1313,18 @@ ReportAbandonedCall(int code, Datum arg)
 	reconciler_abandoned = false;
 	/* the context of the interrupted function says nothing more here */
 	error_context_stack = NULL;
-	ereport(WARNING,
+
+	/*
+	 * Logged at every log_min_messages that shows more than the FATAL: at
+	 * LOG where a WARNING is not (log, error), as PostgreSQL ranks them
+	 */
+	ereport(log_min_messages == LOG || log_min_messages > WARNING ? LOG : WARNING,
 			(errcode(ERRCODE_QUERY_CANCELED),
 			 errmsg("reconciler %s did not end at its time limit for idempotency key \"%s\"",
 					call_handler, call_key),
 			 errdetail("Operation \"%s\", scope \"%s\". The call went on after it was cancelled at idempotency.reconciler_timeout (%d ms), so its process was ended.",
 					   call_operation, call_scope, idem_reconciler_timeout_ms),
-			 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass.  A reconciler must not catch query_canceled.")));
+			 errhint("The record stays stuck; the worker calls the reconciler again after a delay that grows with each failure (view idem_reconciler_status).  A reconciler must not catch query_canceled.")));
 }
 
 /* Replace a string of the current call, kept in TopMemoryContext */
@@ -1399,6 +1408,7 @@ typedef struct ReconcilerCall
 	StuckRecord *rec;
 	Datum		row;
 	bool		called;			/* not skipped by IdemReconcilerCall's checks */
+	bool		quiet;			/* a skip is reported once per cause (worker) */
 } ReconcilerCall;
 
 /* Call the reconciler with the clock of idempotency.reconciler_timeout */
@@ -1408,14 +1418,15 @@ ReconcilerCallRun(void *arg)
 	ReconcilerCall *c = (ReconcilerCall *) arg;
 
 	ReconcilerTimerStart(c->rec);
-	c->called = IdemReconcilerCall(maint_catalog.nspid, &c->rec->rc, c->row);
+	c->called = IdemReconcilerCall(maint_catalog.nspid, &c->rec->rc, c->row,
+								   c->quiet);
 	(void) ReconcilerTimerStop();
 }
 
 static ReconcileResult
-ReconcileOne(StuckRecord *rec)
+ReconcileOne(StuckRecord *rec, bool quiet)
 {
-	ReconcilerCall call = {rec, (Datum) 0, false};
+	ReconcilerCall call = {rec, (Datum) 0, false, quiet};
 	ErrorData  *edata;
 	bool		timed_out;
 
@@ -1423,14 +1434,25 @@ ReconcileOne(StuckRecord *rec)
 	if (call.row == (Datum) 0)
 		return RECONCILE_GONE;
 
+	/* noted first, so that it stays if the process ends in the call */
+	IdemBackoffBegin(rec->scope, rec->rc.operation, rec->key);
 	edata = CallInSubtransaction(ReconcilerCallRun, &call);
 	if (edata == NULL)
+	{
+		IdemBackoffEnd(rec->scope, rec->rc.operation, rec->key, NULL);
 		return call.called ? RECONCILE_DONE : RECONCILE_SKIPPED;
+	}
 
 	/* the clock still runs when the reconciler raised */
 	timed_out = ReconcilerTimerStop();
 	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !timed_out)
+	{
+		IdemBackoffEnd(rec->scope, rec->rc.operation, rec->key, NULL);
 		ReThrowError(edata);
+	}
+	IdemBackoffEnd(rec->scope, rec->rc.operation, rec->key,
+				   timed_out ? "it was cancelled at idempotency.reconciler_timeout" :
+				   psprintf("it raised: %s", edata->message));
 	if (timed_out)
 		ereport(WARNING,
 				(errcode(ERRCODE_QUERY_CANCELED),
@@ -1439,7 +1461,7 @@ ReconcileOne(StuckRecord *rec)
 				 errdetail("Operation \"%s\", scope \"%s\". The call was cancelled after idempotency.reconciler_timeout (%d ms).",
 						   text_to_cstring(rec->rc.operation),
 						   text_to_cstring(rec->scope), idem_reconciler_timeout_ms),
-				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
+				 errhint("The record stays stuck; the worker calls the reconciler again after a delay that grows with each failure (view idem_reconciler_status)."),
 				 edata->context ? errcontext_msg("%s", edata->context) : 0));
 	else
 		ereport(WARNING,
@@ -1449,7 +1471,7 @@ ReconcileOne(StuckRecord *rec)
 				 errdetail("Operation \"%s\", scope \"%s\". The reconciler raised: %s",
 						   text_to_cstring(rec->rc.operation),
 						   text_to_cstring(rec->scope), edata->message),
-				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
+				 errhint("The record stays stuck; the worker calls the reconciler again after a delay that grows with each failure (view idem_reconciler_status)."),
 				 edata->context ? errcontext_msg("%s", edata->context) : 0));
 	FreeErrorData(edata);
 	return RECONCILE_FAILED;
@@ -1722,12 +1744,16 @@ ReconcilePhase(PassState *ps)
 
 		if (rec->skip)
 			continue;
+		/* the worker leaves a record whose reconciler failed for a while */
+		if (ps->mode == IDEM_TXN_WORKER &&
+			IdemBackoffWaiting(rec->scope, rec->rc.operation, rec->key))
+			continue;
 		if (StopRequested(ps, 0))
 			return false;
 		UnitBegin(ps, "idempotency: calling a reconciler");
 		if ((opened = UnitOpen(ps)) != CATALOG_OPEN)
 			return opened == CATALOG_BUSY;	/* skipped: the next phase */
-		r = ReconcileOne(rec);
+		r = ReconcileOne(rec, ps->mode == IDEM_TXN_WORKER);
 		UnitEnd(ps);
 		if (r == RECONCILE_DONE)
 			ps->counts->reconciled++;

@@ -32,7 +32,8 @@
  *	  pg_depend) and of its columns' types, since the reconciler's writes
  *	  run that code with run_as's rights.
  * The first reason found skips the reconciler with one WARNING
- * (ReportSkipped) naming the role and what it controls; maintenance.c
+ * (ReportSkipped; from the worker once per cause, backoff.c) naming the
+ * role and what it controls; maintenance.c
  * then skips the rest of its operation's records for the pass.  The call
  * runs as run_as, in a security-restricted operation, with search_path
  * pinned to pg_catalog, the extension's schema, pg_temp, and every setting
@@ -74,6 +75,7 @@
 #include "utils/varlena.h"
 
 #include "idempotency.h"
+#include "maintenance.h"
 
 PG_FUNCTION_INFO_V1(idem_reconcilers_check);
 
@@ -596,17 +598,70 @@ ErrhintSkipped(const TrustCheck *tc, const char *role, const char *schema,
 }
 
 /*
+ * The reason for the view idem_reconciler_status: what keeps the call
+ * from being made, or which role controls what (the WARNING says more).
+ */
+static char *
+SkipReason(const TrustCheck *tc, const char *role, const char *schema)
+{
+	switch (tc->what)
+	{
+		case CONTROL_RUN_AS_GONE:
+			return pstrdup("the role it runs as no longer exists");
+		case CONTROL_REGISTRAR_GONE:
+			return pstrdup("the role that registered it no longer exists");
+		case CONTROL_SUPERUSER:
+			return pstrdup("it runs as a superuser, and idempotency.enable_superuser_reconcilers is off");
+		case CONTROL_HANDLER_GONE:
+			return pstrdup("no function has its signature");
+		case CONTROL_HANDLER_FAULT:
+			return pstrdup("its function cannot be a reconciler");
+		case CONTROL_REGISTRAR:
+			return psprintf("role \"%s\", which registered it, may not act as the role it runs as", role);
+		case CONTROL_FUNCTION:
+			return psprintf("role \"%s\", which owns its function, may not act as the role it runs as", role);
+		case CONTROL_SESSION:
+			return psprintf("the calling session of role \"%s\" has temporary objects", role);
+		case CONTROL_SCHEMA_OWNER:
+			return psprintf("role \"%s\" owns schema \"%s\" on its search_path", role, schema);
+		case CONTROL_SCHEMA_CREATE:
+			if (!OidIsValid(tc->role))
+				return psprintf("PUBLIC may create in schema \"%s\" on its search_path", schema);
+			return psprintf("role \"%s\" may create in schema \"%s\" on its search_path", role, schema);
+		case CONTROL_SCHEMA_MISSING:
+			return psprintf("role \"%s\" may create schema \"%s\" of its search_path", role, tc->name);
+		case CONTROL_SCHEMA_FUNCTION:
+			return psprintf("role \"%s\" owns a function in schema \"%s\" on its search_path", role, schema);
+		case CONTROL_SCHEMA_OPERATOR:
+			return psprintf("role \"%s\" owns an operator in schema \"%s\" on its search_path", role, schema);
+		case CONTROL_TABLE_OWNER:
+			return psprintf("role \"%s\" owns table \"idem_keys\"", role);
+		case CONTROL_TABLE_TRIGGER:
+			return psprintf("role \"%s\" may create triggers on table \"idem_keys\"", role);
+		case CONTROL_TABLE_CODE:
+			return psprintf("role \"%s\" owns a function that code on table \"idem_keys\" calls", role);
+		case CONTROL_COLUMN_TYPE:
+			return psprintf("role \"%s\" owns the type of a column of table \"idem_keys\"", role);
+	}
+	return pstrdup("");
+}
+
+/*
  * Report why the reconciler is skipped: one WARNING, whose detail says
- * which role controls what, and whose hint says how to let it run.
+ * which role controls what, and whose hint says how to let it run.  The
+ * cause is noted for idem_reconciler_status (backoff.c); with quiet (the
+ * worker) the WARNING is left out while the same cause was reported less
+ * than processing_timeout ago.
  */
 static void
-ReportSkipped(const TrustCheck *tc)
+ReportSkipped(const TrustCheck *tc, bool quiet)
 {
 	const IdemReconciler *rc = tc->rc;
 	const char *op = text_to_cstring(rc->operation);
 	char	   *run_as = GetUserNameFromId(rc->run_as, true);
 	char	   *role = NULL;
 	char	   *schema = NULL;
+	char	   *cause;
 	int			code = ERRCODE_INSUFFICIENT_PRIVILEGE;
 
 	if (OidIsValid(tc->role))
@@ -618,6 +673,11 @@ ReportSkipped(const TrustCheck *tc)
 	else if (tc->what == CONTROL_SCHEMA_FUNCTION ||
 			 tc->what == CONTROL_SCHEMA_OPERATOR)
 		schema = pstrdup(tc->name);
+	cause = psprintf("%d %u %u %s", (int) tc->what, tc->role, tc->object,
+					 tc->name != NULL ? tc->name : "");
+	if (!IdemSkipNoted(rc->operation, cause, SkipReason(tc, role, schema)) &&
+		quiet)
+		return;
 	if (tc->what == CONTROL_RUN_AS_GONE || tc->what == CONTROL_REGISTRAR_GONE)
 		code = ERRCODE_UNDEFINED_OBJECT;
 	else if (tc->what == CONTROL_HANDLER_GONE)
@@ -698,7 +758,8 @@ ReportSkipped(const TrustCheck *tc)
  * writes run.  Otherwise one WARNING says why (ReportSkipped).
  */
 static bool
-ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype)
+ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype,
+				   bool quiet)
 {
 	TrustCheck	tc;
 	Oid			tempns;
@@ -747,7 +808,9 @@ ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype
 		TrustKeysTable(&tc, get_relname_relid("idem_keys", nspid));
 
 	if (tc.refused)
-		ReportSkipped(&tc);
+		ReportSkipped(&tc, quiet);
+	else
+		IdemSkipForget(rc->operation);
 	return !tc.refused;
 }
 
@@ -755,10 +818,11 @@ ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype
  * Call the reconciler rc of the extension in schema nspid with row (a
  * record of type idem_keys) as the role that registered it, in a
  * security-restricted context, with search_path pinned and setting changes
- * undone; false, after a WARNING, when it may not be called.
+ * undone; false, after a WARNING (with quiet, once per cause: the worker),
+ * when it may not be called.
  */
 bool
-IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row)
+IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row, bool quiet)
 {
 	/* the type of idem_keys itself, also when the records are a shard's */
 	Oid			rowtype = get_rel_type_id(get_relname_relid("idem_keys", nspid));
@@ -774,7 +838,7 @@ IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row)
 	PinSearchPath(nspid);
 
 	handler = ResolveHandler(rc);
-	if (!ReconcilerRunnable(nspid, rc, handler, rowtype))
+	if (!ReconcilerRunnable(nspid, rc, handler, rowtype, quiet))
 	{
 		AtEOXact_GUC(false, save_nestlevel);
 		return false;
