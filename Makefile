@@ -20,6 +20,7 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" \
 MODULE_big = $(EXTENSION)
 OBJS = \
 	src/backoff.o \
+	src/batches.o \
 	src/canonical.o \
 	src/citus.o \
 	src/handlers.o \
