@@ -19,6 +19,8 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" \
 
 MODULE_big = $(EXTENSION)
 OBJS = \
+	src/backoff.o \
+	src/batches.o \
 	src/canonical.o \
 	src/catalog.o \
 	src/citus.o \

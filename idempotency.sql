@@ -404,6 +404,49 @@ REVOKE ALL ON @extschema@.idem_worker_status FROM PUBLIC;
 GRANT SELECT ON @extschema@.idem_worker_status TO pg_read_all_stats;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_worker_status() TO pg_read_all_stats;
 
+-- The reconcilers the worker holds back (src/backoff.c): stuck records whose
+-- reconciler failed, timed out or had its process ended, each tried again
+-- after a delay that grows with each failure, and operations whose
+-- reconciler is skipped, with the reason.  Kept in shared memory since the
+-- server started; needs shared_preload_libraries, like idem_worker_status.
+
+CREATE FUNCTION @extschema@.idem_reconciler_status(
+	OUT datid oid,
+	OUT state text,
+	OUT operation text,
+	OUT scope text,
+	OUT key text,
+	OUT reason text,
+	OUT attempts integer,
+	OUT since timestamptz,
+	OUT last timestamptz,
+	OUT next_attempt timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_reconciler_status'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+
+CREATE VIEW @extschema@.idem_reconciler_status AS
+SELECT s.datid,
+	d.datname,
+	s.state,
+	s.operation,
+	s.scope,
+	s.key,
+	s.reason,
+	s.attempts,
+	s.since,
+	s.last,
+	s.next_attempt
+FROM @extschema@.idem_reconciler_status() s
+LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+COMMENT ON VIEW @extschema@.idem_reconciler_status IS
+	'skipped reconcilers and stuck records whose reconciler failed, with the reason and the next attempt, since the server started';
+
+REVOKE ALL ON @extschema@.idem_reconciler_status FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_reconciler_status TO pg_read_all_stats;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_reconciler_status() TO pg_read_all_stats;
+
 -- What the maintenance has not done yet, for alerts: completed records past
 -- expires_at that are not deleted yet (the sweeper's backlog), and the
 -- records of idem_stuck.  Read with the view owner's rights, so a

@@ -40,6 +40,9 @@ BEGIN
 END $$;
 SET idempotency.processing_timeout = '5min';
 SET mt.session = 'test';
+-- The reconcilers registered here run as the superuser running the test,
+-- which the operator must allow (sql/reconcilers.sql shows the default)
+SET idempotency.enable_superuser_reconcilers = on;
 
 -- Settle what earlier tests left behind, so that the counts below are ours
 SELECT idem_sweep() >= 0 AS swept, idem_flag_stuck() >= 0 AS flagged;
@@ -447,6 +450,44 @@ SET idempotency.reconciler_timeout = '1h';
 RESET ROLE;
 SELECT idem_set_reconciler('nb-slow', NULL);
 DROP FUNCTION nb_slow(idem_keys);
+DELETE FROM idem_keys WHERE scope = 'nb';
+-- ... and no reconciler can disarm it: a maintenance function called from
+-- inside a reconciler is refused (caught here, as a careless reconciler
+-- would), and the call is still cancelled at its limit
+CREATE FUNCTION nb_nested(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	-- (a call nested in another returns at once, should one be made)
+	IF pg_catalog.current_setting('mt.session', true) IS DISTINCT FROM 'test'
+		OR pg_catalog.current_setting('nb.nested', true) = 'on' THEN
+		RETURN;
+	END IF;
+	PERFORM pg_catalog.set_config('nb.nested', 'on', true);
+	BEGIN
+		IF r.key = 'n1' THEN
+			PERFORM public.idem_reconcile();
+		ELSE
+			CALL public.idem_maintain();
+		END IF;
+	EXCEPTION WHEN object_not_in_prerequisite_state THEN
+		RAISE WARNING 'refused: %', SQLERRM;
+	END;
+	PERFORM pg_catalog.pg_sleep(5);
+END $$;
+SELECT idem_set_reconciler('nb-nested', 'nb_nested(idem_keys)');
+SELECT count(*) FROM (
+  SELECT idem_reserve('nb-nested', k, scope => 'nb') FROM (VALUES ('n1'), ('n2')) v(k)) s;
+UPDATE idem_keys SET status = 'stuck' WHERE scope = 'nb';
+SET idempotency.reconciler_timeout = '200ms';
+SELECT clock_timestamp() AS before_reconcile \gset
+BEGIN;
+SELECT FROM idem_keys WHERE scope = 'nb' FOR UPDATE \g /dev/null
+SELECT idem_reconcile();
+COMMIT;
+SELECT clock_timestamp() - :'before_reconcile' < interval '3 seconds' AS quick;
+RESET idempotency.reconciler_timeout;
+SELECT key, status FROM idem_keys WHERE scope = 'nb' ORDER BY key;
+SELECT idem_set_reconciler('nb-nested', NULL);
+DROP FUNCTION nb_nested(idem_keys);
 DELETE FROM idem_keys WHERE scope = 'nb';
 
 -- The sweep uses only a valid index on expires_at.  A failed CREATE INDEX

@@ -12,10 +12,13 @@
 -- every count printed is this session's.
 --
 -- As a superuser of its own, not the bootstrap superuser, whose name
--- (postgres, or any other) the output would show; again after each \c
+-- (postgres, or any other) the output would show; again after each \c.
+-- Most reconcilers here run as it, to show that the rule holds even for a
+-- superuser, which the operator must allow (8. shows the default)
 CREATE ROLE regress_rc_super SUPERUSER;
 SET SESSION AUTHORIZATION regress_rc_super;
 SET rc.session = 'on';
+SET idempotency.enable_superuser_reconcilers = on;
 
 -- A stuck record of operation rc-pay in scope rc
 CREATE FUNCTION rc_stuck(k text) RETURNS void LANGUAGE plpgsql AS $$
@@ -196,15 +199,18 @@ SELECT rc_stuck('p4'), rc_stuck('p5');
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
 SET rc.session = 'on';
+SET idempotency.enable_superuser_reconcilers = on;
 SHOW search_path;
 SELECT idem_reconcile() FROM rc_locked();
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
 SET rc.session = 'on';
+SET idempotency.enable_superuser_reconcilers = on;
 SELECT rc_stuck('p6');
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
 SET rc.session = 'on';
+SET idempotency.enable_superuser_reconcilers = on;
 BEGIN;
 SELECT FROM rc_locked();
 CALL idem_maintain();
@@ -212,10 +218,12 @@ COMMIT;
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
 SET rc.session = 'on';
+SET idempotency.enable_superuser_reconcilers = on;
 ALTER DATABASE :"DBNAME" RESET search_path;
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
 SET rc.session = 'on';
+SET idempotency.enable_superuser_reconcilers = on;
 SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_rc_maint';
 SELECT key, who, path FROM rc_calls WHERE key LIKE 'p%' ORDER BY key;
 SELECT count(*) AS still_stuck FROM idem_keys WHERE scope = 'rc' AND key LIKE 'p%';
@@ -264,6 +272,7 @@ DELETE FROM idem_keys WHERE scope = 'rc';
 \c
 SET SESSION AUTHORIZATION regress_rc_super;
 SET rc.session = 'on';
+SET idempotency.enable_superuser_reconcilers = on;
 
 --
 -- 3. Rights revoked after registration: the registrar, and the owner of
@@ -676,6 +685,42 @@ DROP SCHEMA regress_rc_planted;
 DROP SCHEMA regress_rc_keys_code CASCADE;
 DROP TABLE rc_attached;
 DROP FUNCTION rc_complete(idem_keys), rc_complete_own_path(idem_keys);
+
+-- 8. A superuser is no run-as role unless the operator says so
+-- (idempotency.enable_superuser_reconcilers, off by default): registering
+-- one is refused, whoever registers and however ...
+SET idempotency.enable_superuser_reconcilers = off;
+SELECT idem_set_reconciler('rc-pay', 'rc_release(idem_keys)');
+INSERT INTO idem_reconcilers (operation, handler, run_as)
+VALUES ('rc-pay', 'rc_release(idem_keys)', 'regress_rc_super');
+-- ... by a role that may act as a superuser, too
+GRANT regress_rc_super TO regress_rc_admin;
+SET ROLE regress_rc_admin;
+INSERT INTO idem_reconcilers (operation, handler, run_as)
+VALUES ('rc-pay', 'public.rc_release(public.idem_keys)', 'regress_rc_super');
+RESET ROLE;
+REVOKE regress_rc_super FROM regress_rc_admin;
+-- ... only a session setting may change it
+SET ROLE regress_rc_admin;
+SET idempotency.enable_superuser_reconcilers = on;
+RESET ROLE;
+-- ... and one registered while it was on is skipped, its record left stuck
+SET idempotency.enable_superuser_reconcilers = on;
+SELECT idem_set_reconciler('rc-pay', 'rc_release(idem_keys)');
+SELECT rc_stuck('u1');
+SET idempotency.enable_superuser_reconcilers = off;
+SELECT idem_reconcile() FROM rc_locked();
+SELECT rc_status('u1') AS u1;
+-- ... while the default role set keeps working: idem_admin registers a
+-- reconciler that runs as itself, idem_maint runs it
+SET ROLE regress_rc_admin;
+SELECT idem_set_reconciler('rc-pay', 'rc_release(idem_keys)');
+RESET ROLE;
+SET ROLE regress_rc_maint;
+SELECT idem_reconcile() FROM rc_locked();
+RESET ROLE;
+SELECT rc_status('u1') AS u1, (SELECT who FROM rc_calls WHERE key = 'u1') AS ran_as;
+SET idempotency.enable_superuser_reconcilers = on;
 
 -- Clean up
 SELECT idem_set_reconciler('rc-pay', NULL);

@@ -10,6 +10,14 @@ CREATE DATABASE regress_rc_update;
 CREATE ROLE regress_rc_upd_super SUPERUSER;
 \c regress_rc_update
 SET SESSION AUTHORIZATION regress_rc_upd_super;
+-- The server's worker may visit this database and call the reconcilers
+-- registered here between two statements: they settle a record only in
+-- this session (upd.session), and idem_reconcile runs with the stuck
+-- records locked by this session's transaction (upd_locked), which the
+-- worker skips, so that each count printed is this session's
+SET upd.session = 'on';
+-- upd-gone runs as this superuser, which the operator must allow
+SET idempotency.enable_superuser_reconcilers = on;
 CREATE EXTENSION idempotency VERSION '0.1.0';
 CREATE ROLE regress_rc_upd_app;
 GRANT EXECUTE ON FUNCTION idem_set_reconciler(text, regprocedure),
@@ -17,8 +25,13 @@ GRANT EXECUTE ON FUNCTION idem_set_reconciler(text, regprocedure),
 GRANT SELECT, INSERT, UPDATE, DELETE ON idem_reconcilers, idem_keys TO regress_rc_upd_app;
 CREATE TABLE upd_calls (key text, who name);
 GRANT INSERT ON upd_calls TO regress_rc_upd_app;
+CREATE FUNCTION upd_locked() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM FROM public.idem_keys FOR UPDATE;
+END $$;
 CREATE FUNCTION upd_release(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+	IF pg_catalog.current_setting('upd.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	INSERT INTO public.upd_calls VALUES (r.key, current_user);
 	PERFORM public.idem_release(r.operation, r.key, r.scope);
 END $$;
@@ -49,15 +62,16 @@ RESET ROLE;
 -- The kept registration runs as its role; the dangling one is skipped
 SELECT (idem_reserve(op, 'k1')).outcome FROM (VALUES ('upd-app'), ('upd-gone')) v(op);
 UPDATE idem_keys SET status = 'stuck';
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM upd_locked();
 SELECT key, who FROM upd_calls;
 SELECT operation, status FROM idem_keys ORDER BY operation;
 -- and registering it again brings it back
 CREATE FUNCTION upd_gone(r idem_keys) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+	IF pg_catalog.current_setting('upd.session', true) IS DISTINCT FROM 'on' THEN RETURN; END IF;
 	PERFORM public.idem_release(r.operation, r.key, r.scope);
 END $$;
-SELECT idem_reconcile();
+SELECT idem_reconcile() FROM upd_locked();
 SELECT count(*) AS left_stuck FROM idem_keys;
 
 \c :orig_db

@@ -19,6 +19,7 @@
 
 #include "held.h"
 #include "idempotency.h"
+#include "maintenance.h"
 
 PG_MODULE_MAGIC;
 
@@ -30,6 +31,9 @@ int			idem_processing_timeout_ms = 5 * 60 * 1000;
 
 /* idempotency.reconciler_timeout, in milliseconds */
 int			idem_reconciler_timeout_ms = 5 * 60 * 1000;
+
+/* idempotency.enable_superuser_reconcilers */
+bool		idem_enable_superuser_reconcilers = false;
 
 void		_PG_init(void);
 
@@ -75,9 +79,26 @@ _PG_init(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	/*
+	 * Superuser-set, as pg_cron's cron.enable_superuser_jobs: a reconciler
+	 * runs unattended with its run-as role's rights and trusts every object
+	 * it touches, so only the operator may let that role be a superuser
+	 * (postgresql.conf, or ALTER DATABASE ... SET for one database, which
+	 * the worker reads).
+	 */
+	DefineCustomBoolVariable("idempotency.enable_superuser_reconcilers",
+							 "Allows reconcilers that run as a superuser.",
+							 "Off: registering a reconciler that runs as a superuser is refused, and one registered before is skipped with a WARNING.  On: every table, view, type and function such a reconciler touches runs with superuser rights.",
+							 &idem_enable_superuser_reconcilers,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	IdemHeldInit();
 	IdemStatsInit();
 	IdemStatusInit();
+	IdemBackoffInit();
 	IdemWorkerInit();
 
 	MarkGUCPrefixReserved("idempotency");

@@ -20,10 +20,12 @@
  *	  status.c		the background worker's state in shared memory
  *	  worker.c		background worker: the launcher and the
  *					per-database workers, and their settings
- *	  maintenance.c	expiry, stuck detection and reconciliation, shared
- *					by the worker and the SQL maintenance functions
+ *	  maintenance.c	the maintenance pass, shared by the worker and the
+ *					SQL maintenance functions (batches.c: its sweep and
+ *					flag batches; backoff.c: failed and skipped
+ *					reconcilers; maintenance.h: their private header)
  *	  reconcile.c	who may run a reconciler, as whom, with which
- *					search_path; registering one
+ *					search_path; registering one; its time limit
  *	  patterns.c	idem_call and idem_consume
  *	  handlers.c	verification of the functions called for users:
  *					idem_call's handlers and the reconcilers
@@ -119,6 +121,7 @@ IdemVarlenaEqual(const struct varlena *a, const struct varlena *b)
 extern int	idem_default_ttl_s;
 extern int	idem_processing_timeout_ms;
 extern int	idem_reconciler_timeout_ms;
+extern bool idem_enable_superuser_reconcilers;
 
 /* keys.c: the C API the SQL functions, the worker and the patterns share */
 extern const char *IdemOutcomeName(IdemOutcome outcome);
@@ -247,7 +250,8 @@ typedef struct IdemReconciler
 	Oid			registered_by;
 } IdemReconciler;
 
-extern bool IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row);
+extern bool IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row,
+							   bool quiet);
 extern void IdemReconcilerCheck(Oid handler, Oid rowtype, Oid run_as);
 
 /* canonical.c */

@@ -1,103 +1,33 @@
 /*-------------------------------------------------------------------------
  *
  * maintenance.c
- *	  Expiry, stuck detection and reconciliation of idempotency records:
- *	  the pass the background worker runs in each database, and the SQL
- *	  functions idem_sweep, idem_flag_stuck, idem_reconcile, idem_maintain
- *	  and idem_set_reconciler.  The worker and the SQL functions run the same
- *	  routines below; only who owns the transactions differs (IdemTxnMode).
+ *	  The maintenance pass the background worker runs in each database, and
+ *	  the SQL functions idem_sweep, idem_flag_stuck, idem_reconcile,
+ *	  idem_maintain and idem_set_reconciler, which run the same routines;
+ *	  only who owns the transactions differs (IdemTxnMode).
  *
- * A pass has three phases, each made of short units of work:
- *	- sweep: delete completed records whose expires_at has passed,
- *	  sweep_batch_size at a time;
- *	- flag: mark processing records whose updated_at is older than
- *	  processing_timeout as stuck, with one NOTIFY idem_stuck each;
- *	- reconcile: call the reconciler registered for the operation of each
- *	  stuck record, as the role that registered it.
- * In worker and procedure mode every unit (a batch, one reconciler call) is
- * its own transaction.  Called from SQL, the units run in the caller's
- * transaction.  Either way a reconciler runs in a subtransaction, so that
- * its error is reported as a WARNING naming the key and the pass goes on.
- * Between units the worker may pause to yield to busy sessions, or end the
- * pass (worker.c).
+ * A pass has three phases, each made of short units of work: sweep and flag
+ * (a batch per unit, batches.c), then reconcile (one reconciler call per
+ * unit, with the record locked FOR UPDATE SKIP LOCKED; reconcile.c makes
+ * the call, under a time limit no reconciler can disarm).  In worker and
+ * procedure mode every unit is its own transaction; called from SQL, the
+ * units run in the caller's.  Between units the worker may pause or end
+ * the pass (worker.c).  A reconciler that fails costs only its record: a
+ * WARNING names the key, and the worker leaves the record for a growing
+ * delay (backoff.c).
  *
- * Locking
- * -------
- * No unit waits on an application without a limit, and none can join a
- * deadlock with one over records:
- *	- Each unit first locks idem_keys (or its shard) by OID without waiting
- *	  in its lock queue (OpenCatalog, LockTableBriefly: conditional locks
- *	  retried for at most 100 ms), then opens it through records.c, which
- *	  checks that it still exists, so a concurrent DROP EXTENSION ends a
- *	  worker pass quietly instead of failing a query.  When another
- *	  transaction holds a conflicting lock (an application's LOCK TABLE ...
- *	  IN SHARE MODE, DDL), the unit is skipped and counted (UnitSkipped: a
- *	  WARNING once per call from SQL) and its phase ends; the next pass
- *	  tries again.  The reconcile phase locks idem_reconcilers the same way.
- *	  So a worker never keeps its slot, or DROP DATABASE waiting, on an
- *	  application's table lock.  With Citus, listing the shards of
- *	  idem_keys at the start of a pass takes its lock the same way.
- *	- A sweep batch reads the expires_at index with the latest snapshot; a
- *	  flag batch reads the processing index (or the table) with it.  Only
- *	  valid, ready indexes are read: one that a failed CREATE INDEX
- *	  CONCURRENTLY left lacks entries; without a usable one the table is
- *	  read whole, with a WARNING once per pass.  Each batch locks a
- *	  candidate row version without waiting (IdemRecordsLock, LockWaitSkip)
- *	  and deletes or flags it through records.c's executor writer, as keys.c
- *	  writes, so the table's constraints and triggers hold for both.  A flag
- *	  takes the key lock for the instant of its write without waiting
- *	  either (IdemRecordsTryUpdate).  A record that another transaction is
- *	  changing, locking or reserving, or has changed since the snapshot
- *	  (idem_reserve renewing it), is skipped until the next pass.  The other
- *	  way round, idem_reserve answers in_progress for a record a batch is
- *	  deleting or flagging, and idem_complete, idem_checkpoint and
- *	  idem_release wait for the batch and look again (keys.c).
- *	- What runs inside a write (the owner's triggers and constraints) may
- *	  wait for locks of its own: a batch runs with lock_timeout at most
- *	  IDEM_BATCH_LOCK_TIMEOUT_MS, so such a wait fails that record's write.
- *	- A reconciler is called with the record locked FOR UPDATE SKIP LOCKED
- *	  and settles it through idem_complete or idem_release, which may wait:
- *	  each call has idempotency.reconciler_timeout, after which it is
- *	  cancelled like a statement past statement_timeout; a call that
- *	  catches the cancel is ended a grace later with its process, as
- *	  SIGTERM ends it (ReconcilerKillHandler), so no reconciler keeps a
- *	  worker slot or its database.
- * The worker ends when DROP DATABASE or ALTER DATABASE waits for its
- * database, between units and inside one (worker.c): they never wait on
- * it more than a few seconds.
+ * Locks: each unit locks idem_keys (or its Citus shard) by OID without
+ * joining its lock queue (OpenCatalog, LockTableBriefly: about 100 ms of
+ * conditional tries); when an application holds a conflicting lock the
+ * unit is skipped and counted (UnitSkipped) and the next pass tries again;
+ * idem_reconcilers likewise for the reconcile phase.  A concurrent DROP
+ * EXTENSION ends a worker pass quietly.
  *
- * Failures
- * --------
- * One record whose write fails never stops the rest.  A batch runs in a
- * subtransaction (RunBatch); when the delete or flag of a record raises (a
- * trigger or CHECK of the owner refuses it; AFTER ROW triggers fire right
- * after each record's write so that theirs count too), the batch is rolled
- * back, the record reported with a WARNING naming its key, counted
- * (counts->write_errors) and left alone for the rest of the pass, and the
- * batch runs again without it.  One subtransaction per batch, not per
- * record: a batch of thousands of subtransactions would overflow every
- * snapshot's subxid cache.  A reconciler runs in a subtransaction of its
- * own; its error or timeout is a WARNING and the pass goes on.  A cancel
- * (statement_timeout of a SQL caller, pg_cancel_backend) is never
- * swallowed.
-
- * Rights
- * ------
- * The SQL entry points run as their caller.  The worker connects as the
- * bootstrap superuser but does each unit as the owner of idem_keys, in a
- * security-restricted operation (BecomeTableOwner), so that the table's
- * triggers and constraints get that owner's rights only.  A reconciler
- * runs as its run_as role, with search_path pinned, after the one rule of
- * ReconcilerRunnable (reconcile.c): every role that controls code the call
- * runs, the code its writes to idem_keys run included, must already be
- * able to act as run_as.
- *
- * Durability
- * ----------
- * Sweep batches of the worker and of idem_maintain commit with
- * synchronous_commit off: a crash may forget the last of them, and the next
- * pass deletes those records again.  Flags and reconciler calls commit as
- * configured.
+ * Rights: the SQL functions run as their caller; the worker does each unit
+ * as the owner of idem_keys, security-restricted (BecomeTableOwner), as
+ * VACUUM runs as a table's owner.  Sweep batches of the worker and of
+ * idem_maintain commit with synchronous_commit off: a crash may forget
+ * the last of them, and the next pass deletes those records again.
  *
  *-------------------------------------------------------------------------
  */
@@ -148,6 +78,7 @@
 
 #include "compat.h"
 #include "idempotency.h"
+#include "maintenance.h"
 #include "records.h"
 
 PG_FUNCTION_INFO_V1(idem_sweep);
@@ -155,23 +86,6 @@ PG_FUNCTION_INFO_V1(idem_flag_stuck);
 PG_FUNCTION_INFO_V1(idem_reconcile);
 PG_FUNCTION_INFO_V1(idem_maintain);
 PG_FUNCTION_INFO_V1(idem_set_reconciler);
-
-#define IDEM_STUCK_CHANNEL		"idem_stuck"
-
-/*
- * NOTIFY payloads must be shorter than 8000 bytes.  Keys, scopes and
- * operations that the API accepts give at most about 1200; a longer payload
- * can only come from rows written around the API, and is not sent.
- */
-#define IDEM_NOTIFY_MAX			7000
-
-/*
- * lock_timeout of a sweep or flag batch, in milliseconds, unless the
- * session's is shorter.  The batch takes its own locks without waiting;
- * this bounds the waits of what runs inside its writes (the owner's
- * triggers and constraints): the record is then skipped with a WARNING.
- */
-#define IDEM_BATCH_LOCK_TIMEOUT_MS	1000
 
 /*
  * How a unit takes idem_keys' lock: tried without waiting, again every
@@ -190,29 +104,8 @@ PG_FUNCTION_INFO_V1(idem_set_reconciler);
 #define PHASE_RECONCILE			0x04
 #define PHASE_ALL				(PHASE_SWEEP | PHASE_FLAG | PHASE_RECONCILE)
 
-/* The prepared statements, valid for one installation of the extension */
-typedef enum MaintPlan
-{
-	MPLAN_ANY_RECONCILER,
-	MPLAN_STUCK_LIST,
-	MPLAN_STUCK_ROW,
-	MPLAN_SET_RECONCILER,
-	MPLAN_DROP_RECONCILER,
-	NUM_MPLANS
-} MaintPlan;
-
-typedef struct MaintCatalog
-{
-	Oid			nspid;
-	Oid			keys_relid;
-	Oid			expires_indexid;	/* idem_keys_expires_at_idx, if valid */
-	Oid			expires_unusable;	/* one on (expires_at) that is not */
-	Oid			reconcilers_relid;
-	bool		registered_by;	/* idem_reconcilers has the column */
-	SPIPlanPtr	plans[NUM_MPLANS];
-} MaintCatalog;
-
-static MaintCatalog maint_catalog;
+/* The installation served, and its plans (OpenCatalog) */
+MaintCatalog maint_catalog;
 
 /* A stuck record with a reconciler, as listed at the start of the phase */
 typedef struct StuckRecord
@@ -222,34 +115,6 @@ typedef struct StuckRecord
 	IdemReconciler rc;			/* rc.operation is the record's operation */
 	bool		skip;			/* its reconciler was skipped in this pass */
 } StuckRecord;
-
-/* How one pass is run */
-typedef struct PassState
-{
-	IdemTxnMode mode;
-	Oid			nspid;			/* InvalidOid: find the extension (worker) */
-	Oid			relid;			/* the shard maintained, or InvalidOid (PassRelations) */
-	int			batch_size;		/* 0: idempotency.sweep_batch_size */
-	IdemStopCallback stop;
-	IdemPassCounts *counts;
-	MemoryContext passcxt;		/* lives for the whole pass */
-	MemoryContext unitcxt;		/* reset after each unit */
-	bool		as_owner;		/* the unit runs as idem_keys' owner */
-	Oid			save_userid;	/* ... and this was the user before */
-	int			save_sec_context;
-	bool		warned_sweep;	/* the slow sweep was reported in this pass */
-	bool		warned_flag;	/* ... and the slow stuck detection */
-	bool		warned_busy;	/* ... and a unit skipped (SQL callers) */
-	/* The record a batch is writing, for the WARNING if its write fails */
-	MemoryContext reccxt;
-	bool		rec_set;
-	ItemPointerData rec_tid;
-	text	   *rec_scope;
-	text	   *rec_operation;
-	text	   *rec_key;
-	List	   *bad;			/* ItemPointers of records whose write failed */
-	bool		gone;			/* relid was dropped since the listing */
-} PassState;
 
 /* What opening the catalog for a unit found (OpenCatalog) */
 typedef enum CatalogOpen
@@ -320,171 +185,6 @@ ExtensionSchema(void)
 
 	(void) IdemExtensionVersion(IDEM_EXTENSION_NAME, &nspid);
 	return nspid;
-}
-
-/*
- * Say, once per pass, that the sweep reads the whole table: no valid index
- * on (expires_at) exists; unusable is one that is not valid (a failed
- * CREATE INDEX CONCURRENTLY), or InvalidOid.
- */
-static void
-WarnSlowSweep(PassState *ps, Oid unusable)
-{
-	char	   *keys = quote_qualified_identifier(get_namespace_name(get_rel_namespace(maint_catalog.keys_relid)),
-												  get_rel_name(maint_catalog.keys_relid));
-
-	if (ps->warned_sweep)
-		return;
-	ps->warned_sweep = true;
-	if (OidIsValid(unusable))
-		ereport(WARNING,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("index \"%s\" is not valid", get_rel_name(unusable)),
-				 errdetail("Until it is rebuilt, the sweep of %s reads the whole table.", keys),
-				 errhint("Rebuild it with REINDEX INDEX CONCURRENTLY %s.",
-						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(unusable)),
-													get_rel_name(unusable)))));
-	else
-		ereport(WARNING,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("index \"idem_keys_expires_at_idx\" of extension \"idempotency\" does not exist"),
-				 errdetail("Until it does, the sweep of %s reads the whole table.", keys),
-				 errhint("Create it again with CREATE INDEX CONCURRENTLY idem_keys_expires_at_idx ON %s (expires_at).",
-						 keys)));
-}
-
-/* Can the index be scanned: built, valid, and not being dropped? */
-static bool
-IndexUsable(Form_pg_index index)
-{
-	return index->indisvalid && index->indisready && index->indislive;
-}
-
-/* Is the index predicate exactly status = 'processing'? */
-static bool
-PredicateIsProcessing(List *pred, AttrNumber status_attnum)
-{
-	OpExpr	   *op;
-	Var		   *var;
-	Const	   *con;
-
-	if (list_length(pred) != 1 || !IsA(linitial(pred), OpExpr))
-		return false;
-	op = linitial_node(OpExpr, pred);
-	if (op->opno != TextEqualOperator || list_length(op->args) != 2 ||
-		!IsA(linitial(op->args), Var) || !IsA(lsecond(op->args), Const))
-		return false;
-	var = linitial_node(Var, op->args);
-	con = lsecond_node(Const, op->args);
-	return var->varno == 1 && var->varattno == status_attnum &&
-		con->consttype == TEXTOID && !con->constisnull &&
-		strcmp(TextDatumGetCString(con->constvalue), "processing") == 0;
-}
-
-/*
- * The index of idem_keys that serves stuck detection, found by its
- * definition whatever its name (the extension creates it as
- * idem_keys_processing_idx): a valid, ready B-tree whose first column is
- * created_at, in the default order, with the predicate status =
- * 'processing'.  Every processing record has an entry there and no other
- * record does, so flagging reads only processing records.  InvalidOid
- * when there is none: then the table is read whole, as before the index
- * existed (whoever drops it trades that for cheaper reservations).  An
- * index of that definition that is not valid (a failed CREATE INDEX
- * CONCURRENTLY) lacks entries: it is never used, and named in *unusable.
- */
-static Oid
-ProcessingIndex(IdemTable *table, Oid *unusable)
-{
-	static Oid	timestamptz_family = InvalidOid;
-	List	   *indexes = RelationGetIndexList(table->rel);
-	ListCell   *lc;
-	Oid			found = InvalidOid;
-
-	*unusable = InvalidOid;
-	if (!OidIsValid(timestamptz_family))
-		timestamptz_family =
-			get_opclass_family(GetDefaultOpClass(TIMESTAMPTZOID, BTREE_AM_OID));
-
-	foreach(lc, indexes)
-	{
-		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
-		bool		serves;
-
-		serves = index->rd_rel->relam == BTREE_AM_OID &&
-			index->rd_index->indkey.values[0] == table->attnum[COL_CREATED_AT] &&
-			index->rd_opfamily[0] == timestamptz_family &&
-			PredicateIsProcessing(RelationGetIndexPredicate(index),
-								  table->attnum[COL_STATUS]);
-		if (serves && !IndexUsable(index->rd_index))
-		{
-			*unusable = lfirst_oid(lc);
-			serves = false;
-		}
-		index_close(index, AccessShareLock);
-		if (serves)
-		{
-			found = lfirst_oid(lc);
-			break;
-		}
-	}
-	list_free(indexes);
-	return found;
-}
-
-/* Is the index indexid a btree, whose strategies the sweep's scan keys use? */
-static bool
-IndexIsBtree(Oid indexid)
-{
-	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(indexid));
-	bool		btree;
-
-	if (!HeapTupleIsValid(tuple))
-		return false;
-	btree = ((Form_pg_class) GETSTRUCT(tuple))->relam == BTREE_AM_OID;
-	ReleaseSysCache(tuple);
-	return btree;
-}
-
-/*
- * The index on (expires_at) of the relation maintained: idem_keys_expires_at_idx
- * or, on a shard, Citus's copy of it, which has another name.  Only a valid,
- * ready one: a failed CREATE INDEX CONCURRENTLY leaves one that lacks
- * entries, named in *unusable.  InvalidOid when none is: the sweep then
- * reads the whole table.
- */
-static Oid
-ExpiryIndex(Relation rel, AttrNumber expires_at, Oid *unusable)
-{
-	List	   *indexes = RelationGetIndexList(rel);
-	ListCell   *lc;
-	Oid			result = InvalidOid;
-
-	*unusable = InvalidOid;
-	foreach(lc, indexes)
-	{
-		HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
-		Form_pg_index index;
-
-		if (!HeapTupleIsValid(tuple))
-			continue;
-		index = (Form_pg_index) GETSTRUCT(tuple);
-		if (index->indnatts == 1 && index->indkey.values[0] == expires_at &&
-			heap_attisnull(tuple, Anum_pg_index_indpred, NULL) &&
-			heap_attisnull(tuple, Anum_pg_index_indexprs, NULL) &&
-			IndexIsBtree(index->indexrelid))
-		{
-			if (IndexUsable(index))
-				result = index->indexrelid;
-			else
-				*unusable = index->indexrelid;
-		}
-		ReleaseSysCache(tuple);
-		if (OidIsValid(result))
-			break;
-	}
-	list_free(indexes);
-	return result;
 }
 
 /*
@@ -588,7 +288,7 @@ OpenCatalog(Oid nspid, Oid relid, bool nowait)
 		IdemReportMissingTable("idem_keys");
 	}
 	keys = RelationGetRelid(table.rel);
-	expires = ExpiryIndex(table.rel, table.attnum[COL_EXPIRES_AT], &unusable);
+	expires = IdemExpiryIndex(table.rel, table.attnum[COL_EXPIRES_AT], &unusable);
 	IdemRecordsClose(&table);
 
 	reconcilers = get_relname_relid("idem_reconcilers", nspid);
@@ -672,471 +372,6 @@ ResultText(uint64 row, int col)
 								  col, &isnull);
 
 	return isnull ? NULL : DatumGetTextPP(d);
-}
-
-/*
- * Per-operation counts of a batch, handed to idem_stats in one call per
- * operation.  Batches hold few operations; when more than fit, the counts
- * so far are handed over and the table starts again.
- */
-#define OP_COUNTS_MAX	16
-
-typedef struct OpCounts
-{
-	int			n;
-	text	   *operation[OP_COUNTS_MAX];	/* copies */
-	int64		count[OP_COUNTS_MAX];
-} OpCounts;
-
-/* Hand the counts to idem_stats and empty the table */
-static void
-OpCountsFlush(OpCounts *oc, IdemCounter counter)
-{
-	int			i;
-
-	for (i = 0; i < oc->n; i++)
-	{
-		IdemStatsCount(VARDATA_ANY(oc->operation[i]),
-					   VARSIZE_ANY_EXHDR(oc->operation[i]), counter,
-					   oc->count[i]);
-		pfree(oc->operation[i]);
-	}
-	oc->n = 0;
-}
-
-/* Count one record of an operation */
-static void
-OpCountsAdd(OpCounts *oc, text *operation, IdemCounter counter)
-{
-	int			i;
-
-	for (i = oc->n - 1; i >= 0; i--)
-	{
-		if (IdemVarlenaEqual(oc->operation[i], operation))
-		{
-			oc->count[i]++;
-			return;
-		}
-	}
-	if (oc->n == OP_COUNTS_MAX)
-		OpCountsFlush(oc, counter);
-	oc->operation[oc->n] = DatumGetTextPCopy(PointerGetDatum(operation));
-	oc->count[oc->n] = 1;
-	oc->n++;
-}
-
-/*
- * Note the record a batch is about to write, so that an error its write
- * raises can name it (RunBatch).  The key is copied: after the rollback,
- * the row it was read from is gone with the batch's buffers.
- */
-static void
-BeginRecord(PassState *ps, IdemTable *table, TupleTableSlot *slot)
-{
-	MemoryContext oldcxt;
-
-	MemoryContextReset(ps->reccxt);
-	oldcxt = MemoryContextSwitchTo(ps->reccxt);
-	ps->rec_tid = slot->tts_tid;
-	ps->rec_scope = DatumGetTextPCopy(SlotColumn(table, slot, COL_SCOPE));
-	ps->rec_operation = DatumGetTextPCopy(SlotColumn(table, slot, COL_OPERATION));
-	ps->rec_key = DatumGetTextPCopy(SlotColumn(table, slot, COL_KEY));
-	MemoryContextSwitchTo(oldcxt);
-	ps->rec_set = true;
-}
-
-/* Did this record's write fail earlier in the pass?  Then leave it be */
-static bool
-RecordFailed(PassState *ps, ItemPointer tid)
-{
-	ListCell   *lc;
-
-	foreach(lc, ps->bad)
-		if (ItemPointerEquals((ItemPointer) lfirst(lc), tid))
-			return true;
-	return false;
-}
-
-/*
- * What a batch reads and writes: the relation maintained, its writer, and
- * a scan of its candidates, through an index or, without a usable one,
- * the whole table, with the latest snapshot
- */
-typedef struct BatchScan
-{
-	IdemTable	table;
-	IdemWriter	w;
-	Snapshot	snapshot;
-	TupleTableSlot *slot;		/* the candidate just read */
-	Relation	index;
-	IndexScanDesc iscan;		/* NULL: tscan reads the table */
-	TableScanDesc tscan;
-} BatchScan;
-
-/*
- * Open the relation maintained for writes of the kind mode; false when it
- * is gone (a shard moved away).  Then BatchScanStart.
- */
-static bool
-BatchScanOpen(BatchScan *bs, AclMode mode, const char *function)
-{
-	if (!IdemRecordsTryOpenRelation(maint_catalog.keys_relid, RowExclusiveLock,
-									&bs->table))
-		return false;
-	IdemRecordsCheckReadable(&bs->table);
-	IdemRecordsWriterBegin(&bs->table, mode, function, &bs->w);
-	bs->snapshot = RegisterSnapshot(GetLatestSnapshot());
-	bs->slot = table_slot_create(bs->table.rel, NULL);
-	bs->index = NULL;
-	bs->iscan = NULL;
-	bs->tscan = NULL;
-	return true;
-}
-
-/* Scan indexid with the given keys, or the table when InvalidOid */
-static void
-BatchScanStart(BatchScan *bs, Oid indexid, ScanKey skey, int nkeys)
-{
-	if (OidIsValid(indexid))
-	{
-		bs->index = index_open(indexid, AccessShareLock);
-		bs->iscan = IdemIndexBeginScan(bs->table.rel, bs->index, bs->snapshot,
-									   nkeys, 0);
-		index_rescan(bs->iscan, skey, nkeys, NULL, 0);
-	}
-	else
-		bs->tscan = IdemTableBeginScan(bs->table.rel, bs->snapshot, 0, NULL);
-}
-
-/* The next candidate into bs->slot, all its attributes deformed; false at the end */
-static bool
-BatchScanNext(BatchScan *bs)
-{
-	if (!(bs->iscan != NULL ?
-		  index_getnext_slot(bs->iscan, ForwardScanDirection, bs->slot) :
-		  table_scan_getnextslot(bs->tscan, ForwardScanDirection, bs->slot)))
-		return false;
-	slot_getallattrs(bs->slot);
-	return true;
-}
-
-/* End the scan and the writes (firing the AFTER triggers left) */
-static void
-BatchScanEnd(BatchScan *bs)
-{
-	if (bs->iscan != NULL)
-	{
-		index_endscan(bs->iscan);
-		index_close(bs->index, AccessShareLock);
-	}
-	else
-		table_endscan(bs->tscan);
-	ExecDropSingleTupleTableSlot(bs->slot);
-	UnregisterSnapshot(bs->snapshot);
-	IdemRecordsWriterEnd(&bs->w);
-	IdemRecordsClose(&bs->table);
-}
-
-/*
- * Delete up to batch_size expired completed records, those with expires_at
- * in [*lower, now], found through the expires_at index with the latest
- * snapshot and deleted through records.c's executor writer.  Each is first
- * locked without waiting: one that another transaction is changing or
- * locking, or has changed since the snapshot (a renewal by idem_reserve),
- * is skipped, as FOR UPDATE SKIP LOCKED would.  *lower moves to the last
- * expires_at seen, so the next batch resumes there instead of walking again
- * over the index entries of deleted rows.  Without a valid index on
- * expires_at, the table is read whole (WarnSlowSweep).  Returns the number
- * deleted and counts them per operation in idem_stats.
- */
-static int64
-SweepBatch(PassState *ps, int batch_size, TimestampTz now, TimestampTz *lower)
-{
-	MaintCatalog *cat = &maint_catalog;
-	BatchScan	bs;
-	IdemTable  *table = &bs.table;
-	ScanKeyData skey[2];
-	int			nkeys = 0;
-	OpCounts	oc;
-	int64		deleted = 0;
-
-	if (!BatchScanOpen(&bs, ACL_DELETE, "idem_sweep()"))
-		return 0;
-	ScanKeyInit(&skey[nkeys++], 1, BTLessEqualStrategyNumber,
-				F_TIMESTAMPTZ_LE, TimestampTzGetDatum(now));
-	if (*lower != DT_NOBEGIN)
-		ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
-					F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
-	if (!OidIsValid(cat->expires_indexid))
-		WarnSlowSweep(ps, cat->expires_unusable);
-	BatchScanStart(&bs, cat->expires_indexid, skey, nkeys);
-	oc.n = 0;
-
-	while (deleted < batch_size && BatchScanNext(&bs))
-	{
-		TupleTableSlot *slot = bs.slot;
-		TimestampTz expires_at;
-
-		ps->rec_set = false;
-		CHECK_FOR_INTERRUPTS();
-		expires_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_EXPIRES_AT));
-		if (bs.iscan != NULL && expires_at > *lower)
-			*lower = expires_at;
-
-		/* processing and stuck records never expire */
-		if (expires_at > now ||
-			IdemRecordsStatus(DatumGetTextPP(IdemRecordsRequired(table, slot, COL_STATUS))) != STATUS_COMPLETED ||
-			RecordFailed(ps, &slot->tts_tid))
-			continue;
-
-		/* being changed or locked, or changed: not ours now */
-		BeginRecord(ps, table, slot);
-		if (IdemRecordsLock(&bs.w, &slot->tts_tid, LockTupleExclusive, LockWaitSkip) != TM_Ok)
-			continue;
-		/* a BEFORE DELETE trigger may keep it */
-		if (!IdemRecordsDelete(&bs.w, false))
-			continue;
-		IdemRecordsFireAfterTriggers(&bs.w);
-		ps->rec_set = false;
-
-		OpCountsAdd(&oc, DatumGetTextPP(SlotColumn(table, slot, COL_OPERATION)),
-					IDEM_STAT_EXPIRED);
-		deleted++;
-	}
-	ps->rec_set = false;
-	BatchScanEnd(&bs);
-
-	OpCountsFlush(&oc, IDEM_STAT_EXPIRED);
-	return deleted;
-}
-
-/* Queue NOTIFY idem_stuck for one flagged record */
-static void
-NotifyStuck(StringInfo buf, text *scope, text *operation, text *key)
-{
-	resetStringInfo(buf);
-	appendStringInfoString(buf, "{\"scope\":");
-	escape_json(buf, text_to_cstring(scope));
-	appendStringInfoString(buf, ",\"operation\":");
-	escape_json(buf, text_to_cstring(operation));
-	appendStringInfoString(buf, ",\"key\":");
-	escape_json(buf, text_to_cstring(key));
-	appendStringInfoChar(buf, '}');
-
-	if (buf->len < IDEM_NOTIFY_MAX)
-		Async_Notify(IDEM_STUCK_CHANNEL, buf->data);
-	else
-		elog(DEBUG1, "idempotency: NOTIFY payload for a stuck record is too long and was not sent");
-}
-
-/*
- * Flag one batch of processing records last updated at or before cutoff
- * as stuck, with a NOTIFY each (sent when the transaction commits).  The
- * processing records are read through ProcessingIndex, in created_at order
- * from *lower on, with the latest snapshot: the completed and stuck
- * records, however many, are never read (without that index, the whole
- * table is).  Each candidate is locked without waiting, then updated
- * through records.c's executor writer without waiting for its key lock:
- * one that another transaction is writing, locking or reserving
- * (idem_complete, idem_checkpoint, idem_release or idem_reserve under way)
- * is left for the next pass.  *lower moves to the last created_at seen, so
- * the next batch resumes there.  Returns the number flagged and counts
- * them per operation in idem_stats.
- */
-static int64
-FlagBatch(PassState *ps, int batch_size, TimestampTz cutoff, TimestampTz *lower)
-{
-	BatchScan	bs;
-	IdemTable  *table = &bs.table;
-	Oid			indexid;
-	Oid			unusable;
-	ScanKeyData skey[1];
-	int			nkeys = 0;
-	StringInfoData buf;
-	OpCounts	oc;
-	int64		flagged = 0;
-
-	if (!BatchScanOpen(&bs, ACL_UPDATE, "idem_flag_stuck()"))
-		return 0;
-	indexid = ProcessingIndex(table, &unusable);
-	if (OidIsValid(indexid) && *lower != DT_NOBEGIN)
-		ScanKeyInit(&skey[nkeys++], 1, BTGreaterEqualStrategyNumber,
-					F_TIMESTAMPTZ_GE, TimestampTzGetDatum(*lower));
-	if (!OidIsValid(indexid) && OidIsValid(unusable) && !ps->warned_flag)
-	{
-		ps->warned_flag = true;
-		ereport(WARNING,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("index \"%s\" is not valid", get_rel_name(unusable)),
-				 errdetail("Until it is rebuilt, stuck detection reads the whole table."),
-				 errhint("Rebuild it with REINDEX INDEX CONCURRENTLY %s.",
-						 quote_qualified_identifier(get_namespace_name(get_rel_namespace(unusable)),
-													get_rel_name(unusable)))));
-	}
-	BatchScanStart(&bs, indexid, skey, nkeys);
-	initStringInfo(&buf);
-	oc.n = 0;
-
-	while (flagged < batch_size && BatchScanNext(&bs))
-	{
-		TupleTableSlot *slot = bs.slot;
-		TupleTableSlot *locked = bs.w.locked;
-		IdemRow		row;
-		TimestampTz created_at;
-		bool		busy;
-
-		ps->rec_set = false;
-		CHECK_FOR_INTERRUPTS();
-		created_at = DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_CREATED_AT));
-		if (bs.iscan != NULL && created_at > *lower)
-			*lower = created_at;
-		/* a heartbeat of -infinity is before any cutoff */
-		if (IdemRecordsStatus(DatumGetTextPP(IdemRecordsRequired(table, slot, COL_STATUS))) != STATUS_PROCESSING ||
-			DatumGetTimestampTz(IdemRecordsRequired(table, slot, COL_UPDATED_AT)) > cutoff ||
-			RecordFailed(ps, &slot->tts_tid))
-			continue;
-
-		/* being written, locked or reserved, or changed: for the next pass */
-		BeginRecord(ps, table, slot);
-		if (IdemRecordsLock(&bs.w, &slot->tts_tid, LockTupleNoKeyExclusive, LockWaitSkip) != TM_Ok)
-			continue;
-		IdemRowInit(&row);
-		IdemRowSet(&row, COL_STATUS, CStringGetTextDatum("stuck"), false);
-		/* a BEFORE UPDATE trigger may keep it processing */
-		if (!IdemRecordsTryUpdate(&bs.w, &row, &busy))
-			continue;
-		IdemRecordsFireAfterTriggers(&bs.w);
-		ps->rec_set = false;
-
-		NotifyStuck(&buf, DatumGetTextPP(SlotColumn(table, locked, COL_SCOPE)),
-					DatumGetTextPP(SlotColumn(table, locked, COL_OPERATION)),
-					DatumGetTextPP(SlotColumn(table, locked, COL_KEY)));
-		OpCountsAdd(&oc, DatumGetTextPP(SlotColumn(table, locked, COL_OPERATION)),
-					IDEM_STAT_FLAGGED_STUCK);
-		flagged++;
-	}
-	ps->rec_set = false;
-	BatchScanEnd(&bs);
-
-	OpCountsFlush(&oc, IDEM_STAT_FLAGGED_STUCK);
-	return flagged;
-}
-
-/* A sweep or flag batch: SweepBatch or FlagBatch */
-typedef int64 (*BatchFunction) (PassState *ps, int batch_size, TimestampTz t,
-								TimestampTz *lower);
-
-/*
- * Call fn(arg) in a subtransaction: NULL when it returned, else the error
- * it raised, copied into the current memory context once the
- * subtransaction is rolled back.  Not inlined, so that no local of a
- * caller lives across the PG_TRY (-Wclobbered).
- */
-static pg_noinline ErrorData *
-CallInSubtransaction(void (*fn) (void *arg), void *arg)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	ErrorData  *volatile edata = NULL;
-
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return edata;
-}
-
-/* One call of a batch function, for CallInSubtransaction */
-typedef struct BatchCall
-{
-	PassState  *ps;
-	BatchFunction batch;
-	int			batch_size;
-	TimestampTz t;
-	TimestampTz *lower;
-	int64		n;				/* what it returned */
-} BatchCall;
-
-/* Run a batch with lock_timeout at most IDEM_BATCH_LOCK_TIMEOUT_MS */
-static void
-BatchCallRun(void *arg)
-{
-	BatchCall  *c = (BatchCall *) arg;
-	int			nestlevel = NewGUCNestLevel();
-
-	if (LockTimeout == 0 || LockTimeout > IDEM_BATCH_LOCK_TIMEOUT_MS)
-		(void) set_config_option("lock_timeout",
-								 CppAsString2(IDEM_BATCH_LOCK_TIMEOUT_MS),
-								 PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
-	c->n = c->batch(c->ps, c->batch_size, c->t, c->lower);
-	AtEOXact_GUC(false, nestlevel);
-}
-
-/*
- * Run a batch so that one record whose write fails (a trigger or CHECK
- * constraint of the owner refuses it, anything its write raises) never
- * stops the rest: the batch runs in a subtransaction, and when a record's
- * write raises, the batch is rolled back, the record reported with a
- * WARNING naming its key, counted, and left alone for the rest of the
- * pass, and the batch runs again without it.  An error outside a record's
- * write, and a cancel, end the unit as before.
- */
-static int64
-RunBatch(PassState *ps, BatchFunction batch, int batch_size,
-		 TimestampTz t, TimestampTz *lower)
-{
-	for (;;)
-	{
-		BatchCall	call = {ps, batch, batch_size, t, lower, 0};
-		TimestampTz from = *lower;
-		ErrorData  *edata;
-		MemoryContext oldcxt;
-		ItemPointer tid;
-
-		ps->rec_set = false;
-		edata = CallInSubtransaction(BatchCallRun, &call);
-		if (edata == NULL)
-			return call.n;
-		if (!ps->rec_set || edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-			ReThrowError(edata);
-
-		ereport(WARNING,
-				(errcode(edata->sqlerrcode),
-				 batch == FlagBatch ?
-				 errmsg("could not flag idempotency key \"%s\" as stuck",
-						text_to_cstring(ps->rec_key)) :
-				 errmsg("could not delete expired idempotency key \"%s\"",
-						text_to_cstring(ps->rec_key)),
-				 errdetail("Operation \"%s\", scope \"%s\". The write raised: %s",
-						   text_to_cstring(ps->rec_operation),
-						   text_to_cstring(ps->rec_scope), edata->message),
-				 errhint("The record is left as it is; the next maintenance pass tries again."),
-				 edata->context ? errcontext_msg("%s", edata->context) : 0));
-		FreeErrorData(edata);
-		ps->counts->write_errors++;
-
-		oldcxt = MemoryContextSwitchTo(ps->passcxt);
-		tid = palloc(sizeof(ItemPointerData));
-		ItemPointerCopy(&ps->rec_tid, tid);
-		ps->bad = lappend(ps->bad, tid);
-		MemoryContextSwitchTo(oldcxt);
-		ps->rec_set = false;
-		*lower = from;
-	}
 }
 
 /*
@@ -1240,152 +475,6 @@ typedef enum ReconcileResult
 } ReconcileResult;
 
 /*
- * Grace, in milliseconds, between the cancel of a reconciler call past
- * idempotency.reconciler_timeout and the end of the process, for a call
- * that caught the cancel: at most half the timeout, so that the process
- * has ended within one and a half timeouts.
- */
-#define IDEM_RECONCILER_GRACE_MS	1000
-
-/* The timeouts of a reconciler call: the cancel, then the end */
-static TimeoutId reconciler_timeout_id = MAX_TIMEOUTS;
-static TimeoutId reconciler_kill_id = MAX_TIMEOUTS;
-static volatile sig_atomic_t reconciler_in_call = false;
-static volatile sig_atomic_t reconciler_timed_out = false;
-static volatile sig_atomic_t reconciler_abandoned = false;
-
-/* The call running now, for the WARNING of ReportAbandonedCall */
-static char *call_handler = NULL;
-static char *call_operation = NULL;
-static char *call_scope = NULL;
-static char *call_key = NULL;
-static bool call_exit_registered = false;
-
-/*
- * The reconciler ran out of time: cancel it as StatementCancelHandler
- * does, and remember why, so that the cancel is reported as a timeout and
- * not passed on as the session's own cancel.
- */
-static void
-ReconcilerTimeoutHandler(void)
-{
-	reconciler_timed_out = true;
-	if (reconciler_in_call && !proc_exit_inprogress)
-	{
-		InterruptPending = true;
-		QueryCancelPending = true;
-	}
-	SetLatch(MyLatch);
-}
-
-/*
- * The reconciler is still running a grace after its cancel: it caught it.
- * End the process as SIGTERM does (a FATAL, which no exception block
- * catches); the transaction, and with it the record's lock, goes with it,
- * and ReportAbandonedCall says so.  The worker's launcher starts another
- * worker; a session calling idem_reconcile() or idem_maintain() ends.
- */
-static void
-ReconcilerKillHandler(void)
-{
-	if (reconciler_in_call && !proc_exit_inprogress)
-	{
-		reconciler_abandoned = true;
-		InterruptPending = true;
-		ProcDiePending = true;
-	}
-	SetLatch(MyLatch);
-}
-
-/*
- * At the exit of a process that ended a reconciler call which caught its
- * cancel: the WARNING that names the key (after the FATAL that ended it).
- */
-static void
-ReportAbandonedCall(int code, Datum arg)
-{
-	if (!reconciler_abandoned || call_key == NULL)
-		return;
-	reconciler_abandoned = false;
-	/* the context of the interrupted function says nothing more here */
-	error_context_stack = NULL;
-	ereport(WARNING,
-			(errcode(ERRCODE_QUERY_CANCELED),
-			 errmsg("reconciler %s did not end at its time limit for idempotency key \"%s\"",
-					call_handler, call_key),
-			 errdetail("Operation \"%s\", scope \"%s\". The call went on after it was cancelled at idempotency.reconciler_timeout (%d ms), so its process was ended.",
-					   call_operation, call_scope, idem_reconciler_timeout_ms),
-			 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass.  A reconciler must not catch query_canceled.")));
-}
-
-/* Replace a string of the current call, kept in TopMemoryContext */
-static void
-SetCallString(char **field, const char *value)
-{
-	if (*field != NULL)
-		pfree(*field);
-	*field = MemoryContextStrdup(TopMemoryContext, value);
-}
-
-/*
- * Start the clocks of one call of the reconciler of rec: the cancel at
- * idempotency.reconciler_timeout, and the end of the process a grace
- * later, which no reconciler can catch or put off.
- */
-static void
-ReconcilerTimerStart(StuckRecord *rec)
-{
-	EnableTimeoutParams timeouts[2];
-	int			grace = Min(IDEM_RECONCILER_GRACE_MS, idem_reconciler_timeout_ms / 2);
-
-	if (reconciler_timeout_id == MAX_TIMEOUTS)
-	{
-		reconciler_timeout_id = RegisterTimeout(USER_TIMEOUT, ReconcilerTimeoutHandler);
-		reconciler_kill_id = RegisterTimeout(USER_TIMEOUT, ReconcilerKillHandler);
-	}
-	if (!call_exit_registered)
-	{
-		before_shmem_exit(ReportAbandonedCall, (Datum) 0);
-		call_exit_registered = true;
-	}
-	SetCallString(&call_handler, rec->rc.handler);
-	SetCallString(&call_operation, text_to_cstring(rec->rc.operation));
-	SetCallString(&call_scope, text_to_cstring(rec->scope));
-	SetCallString(&call_key, text_to_cstring(rec->key));
-
-	reconciler_timed_out = false;
-	reconciler_in_call = true;
-	timeouts[0].id = reconciler_timeout_id;
-	timeouts[0].type = TMPARAM_AFTER;
-	timeouts[0].delay_ms = idem_reconciler_timeout_ms;
-	timeouts[1].id = reconciler_kill_id;
-	timeouts[1].type = TMPARAM_AFTER;
-	timeouts[1].delay_ms = (int) Min((int64) idem_reconciler_timeout_ms + grace, INT_MAX);
-	enable_timeouts(timeouts, 2);
-}
-
-/*
- * Stop them; true when the cancel fired.  A cancel it raised after the
- * reconciler returned is dropped: it was meant for the call only.
- */
-static bool
-ReconcilerTimerStop(void)
-{
-	DisableTimeoutParams timeouts[2];
-
-	reconciler_in_call = false;
-	timeouts[0].id = reconciler_timeout_id;
-	timeouts[0].keep_indicator = false;
-	timeouts[1].id = reconciler_kill_id;
-	timeouts[1].keep_indicator = false;
-	disable_timeouts(timeouts, 2);
-	if (!reconciler_timed_out)
-		return false;
-	QueryCancelPending = false;
-	return true;
-}
-
-/*
  * Reconcile one stuck record in a subtransaction, with the record locked
  * (FetchStuckRow): while the reconciler runs, the application cannot settle
  * it behind its back (its idem_complete waits, then finds it settled).
@@ -1399,6 +488,7 @@ typedef struct ReconcilerCall
 	StuckRecord *rec;
 	Datum		row;
 	bool		called;			/* not skipped by IdemReconcilerCall's checks */
+	bool		quiet;			/* a skip is reported once per cause (worker) */
 } ReconcilerCall;
 
 /* Call the reconciler with the clock of idempotency.reconciler_timeout */
@@ -1407,15 +497,16 @@ ReconcilerCallRun(void *arg)
 {
 	ReconcilerCall *c = (ReconcilerCall *) arg;
 
-	ReconcilerTimerStart(c->rec);
-	c->called = IdemReconcilerCall(maint_catalog.nspid, &c->rec->rc, c->row);
-	(void) ReconcilerTimerStop();
+	IdemReconcilerTimerStart(&c->rec->rc, c->rec->scope, c->rec->key);
+	c->called = IdemReconcilerCall(maint_catalog.nspid, &c->rec->rc, c->row,
+								   c->quiet);
+	(void) IdemReconcilerTimerStop();
 }
 
 static ReconcileResult
-ReconcileOne(StuckRecord *rec)
+ReconcileOne(StuckRecord *rec, bool quiet)
 {
-	ReconcilerCall call = {rec, (Datum) 0, false};
+	ReconcilerCall call = {rec, (Datum) 0, false, quiet};
 	ErrorData  *edata;
 	bool		timed_out;
 
@@ -1423,14 +514,25 @@ ReconcileOne(StuckRecord *rec)
 	if (call.row == (Datum) 0)
 		return RECONCILE_GONE;
 
-	edata = CallInSubtransaction(ReconcilerCallRun, &call);
+	/* noted first, so that it stays if the process ends in the call */
+	IdemBackoffBegin(rec->scope, rec->rc.operation, rec->key);
+	edata = IdemCallInSubtransaction(ReconcilerCallRun, &call);
 	if (edata == NULL)
+	{
+		IdemBackoffEnd(rec->scope, rec->rc.operation, rec->key, NULL);
 		return call.called ? RECONCILE_DONE : RECONCILE_SKIPPED;
+	}
 
 	/* the clock still runs when the reconciler raised */
-	timed_out = ReconcilerTimerStop();
+	timed_out = IdemReconcilerTimerStop();
 	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !timed_out)
+	{
+		IdemBackoffEnd(rec->scope, rec->rc.operation, rec->key, NULL);
 		ReThrowError(edata);
+	}
+	IdemBackoffEnd(rec->scope, rec->rc.operation, rec->key,
+				   timed_out ? "it was cancelled at idempotency.reconciler_timeout" :
+				   psprintf("it raised: %s", edata->message));
 	if (timed_out)
 		ereport(WARNING,
 				(errcode(ERRCODE_QUERY_CANCELED),
@@ -1439,7 +541,7 @@ ReconcileOne(StuckRecord *rec)
 				 errdetail("Operation \"%s\", scope \"%s\". The call was cancelled after idempotency.reconciler_timeout (%d ms).",
 						   text_to_cstring(rec->rc.operation),
 						   text_to_cstring(rec->scope), idem_reconciler_timeout_ms),
-				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
+				 errhint("The record stays stuck; the worker calls the reconciler again after a delay that grows with each failure (view idem_reconciler_status)."),
 				 edata->context ? errcontext_msg("%s", edata->context) : 0));
 	else
 		ereport(WARNING,
@@ -1449,7 +551,7 @@ ReconcileOne(StuckRecord *rec)
 				 errdetail("Operation \"%s\", scope \"%s\". The reconciler raised: %s",
 						   text_to_cstring(rec->rc.operation),
 						   text_to_cstring(rec->scope), edata->message),
-				 errhint("The record stays stuck; the reconciler is called again at the next maintenance pass."),
+				 errhint("The record stays stuck; the worker calls the reconciler again after a delay that grows with each failure (view idem_reconciler_status)."),
 				 edata->context ? errcontext_msg("%s", edata->context) : 0));
 	FreeErrorData(edata);
 	return RECONCILE_FAILED;
@@ -1651,7 +753,7 @@ SweepPhase(PassState *ps)
 			(void) set_config_option("synchronous_commit", "off", PGC_SUSET,
 									 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0,
 									 false);
-		n = RunBatch(ps, SweepBatch, batch,
+		n = IdemRunBatch(ps, IdemSweepBatch, batch,
 					 GetCurrentTransactionStartTimestamp(), &lower);
 		UnitEnd(ps);
 		batch_us = NoteBatch(ps, start);
@@ -1683,7 +785,7 @@ FlagPhase(PassState *ps)
 			return opened == CATALOG_BUSY;	/* skipped: the next phase */
 		cutoff = TimestampTzPlusMilliseconds(GetCurrentTransactionStartTimestamp(),
 											 -(int64) idem_processing_timeout_ms);
-		n = RunBatch(ps, FlagBatch, batch, cutoff, &lower);
+		n = IdemRunBatch(ps, IdemFlagBatch, batch, cutoff, &lower);
 		UnitEnd(ps);
 		batch_us = NoteBatch(ps, start);
 		ps->counts->flagged += n;
@@ -1722,12 +824,16 @@ ReconcilePhase(PassState *ps)
 
 		if (rec->skip)
 			continue;
+		/* the worker leaves a record whose reconciler failed for a while */
+		if (ps->mode == IDEM_TXN_WORKER &&
+			IdemBackoffWaiting(rec->scope, rec->rc.operation, rec->key))
+			continue;
 		if (StopRequested(ps, 0))
 			return false;
 		UnitBegin(ps, "idempotency: calling a reconciler");
 		if ((opened = UnitOpen(ps)) != CATALOG_OPEN)
 			return opened == CATALOG_BUSY;	/* skipped: the next phase */
-		r = ReconcileOne(rec);
+		r = ReconcileOne(rec, ps->mode == IDEM_TXN_WORKER);
 		UnitEnd(ps);
 		if (r == RECONCILE_DONE)
 			ps->counts->reconciled++;
@@ -1853,6 +959,7 @@ idem_sweep(PG_FUNCTION_ARGS)
 	IdemPassCounts counts;
 
 	PreventCommandIfReadOnly("idem_sweep()");
+	IdemPreventInReconciler("idem_sweep()");
 
 	if (!PG_ARGISNULL(0))
 	{
@@ -1875,6 +982,7 @@ idem_flag_stuck(PG_FUNCTION_ARGS)
 	IdemPassCounts counts;
 
 	PreventCommandIfReadOnly("idem_flag_stuck()");
+	IdemPreventInReconciler("idem_flag_stuck()");
 
 	RunPass(IDEM_TXN_CALLER, IdemFunctionNamespace(fcinfo), PHASE_FLAG, 0,
 			NULL, &counts);
@@ -1888,6 +996,7 @@ idem_reconcile(PG_FUNCTION_ARGS)
 	IdemPassCounts counts;
 
 	PreventCommandIfReadOnly("idem_reconcile()");
+	IdemPreventInReconciler("idem_reconcile()");
 
 	RunPass(IDEM_TXN_CALLER, IdemFunctionNamespace(fcinfo), PHASE_RECONCILE,
 			0, NULL, &counts);
@@ -1907,6 +1016,7 @@ idem_maintain(PG_FUNCTION_ARGS)
 	IdemPassCounts counts;
 
 	PreventCommandIfReadOnly("idem_maintain()");
+	IdemPreventInReconciler("idem_maintain()");
 
 	nonatomic = fcinfo->context != NULL &&
 		IsA(fcinfo->context, CallContext) &&

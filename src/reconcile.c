@@ -4,38 +4,29 @@
  *	  Who may run a reconciler, as whom, and with which search_path: the
  *	  checks made when one is registered (the trigger of idem_reconcilers,
  *	  which idem_set_reconciler's writes go through too) and again right
- *	  before every call, and the call itself.  maintenance.c decides when
- *	  a stuck record is reconciled; this file decides whether and how.
+ *	  before every call; the call itself; and its time limit.  maintenance.c
+ *	  decides when a stuck record is reconciled; this file, whether and how.
  *
  * A reconciler is a row of idem_reconcilers: an operation, a function
  * signature (text), the role it runs as (run_as) and the role that wrote
  * the row (registered_by, set by the trigger).  Nothing in that row is
- * trusted at call time, since anyone who may write the table can write any
- * value and rights change after a write.  Before every call:
- *	- the signature is resolved again under the pinned search_path, and the
- *	  function checked to be a plain function(idem_keys) that run_as may
- *	  execute (handlers.c), and run_as and registered_by to exist;
- *	- one rule (Trusted): every role that controls code the call will run
- *	  must already be able to act as run_as, or the reconciler could hand
- *	  it rights it lacks.  Those roles: the registrar; the function's
- *	  owner; in a session with temporary objects, the session's role; for
- *	  every schema of the effective search_path (the pinned one and the
- *	  function's own SET search_path), its owner, the roles that may create
- *	  in it and the owners of its functions and operators (an overload that
- *	  is a better match wins whatever the order of the path), or for a
- *	  schema named there that does not exist, whoever may create it; the
- *	  owner of idem_keys and the roles granted TRIGGER on it, the owners of
- *	  the functions that code attached to it calls (found through
- *	  pg_depend) and of its columns' types, since the reconciler's writes
- *	  run that code with run_as's rights.
- * The first reason found skips the reconciler with one WARNING
- * (ReportSkipped) naming the role and what it controls; maintenance.c
- * then skips the rest of its operation's records for the pass.  The call
- * runs as run_as, in a security-restricted operation, with search_path
- * pinned to pg_catalog, the extension's schema, pg_temp, and every setting
- * it changes undone afterwards.
+ * trusted at call time: anyone who may write the table can write any value,
+ * and rights change after a write.  Before every call (ReconcilerRunnable)
+ * run_as must be no superuser unless idempotency.enable_superuser_reconcilers
+ * is on, the signature must resolve to a plain function(idem_keys) that
+ * run_as may execute, and one rule must hold (Trusted): every role that
+ * controls code the call will run can already act as run_as; the roles are
+ * listed at ReconcilerRunnable.  Otherwise the reconciler is skipped with
+ * one WARNING (ReportSkipped; from the worker once per cause, backoff.c).
+ * The call runs as run_as, security-restricted, with search_path pinned to
+ * pg_catalog, the extension's schema, pg_temp, and every setting it
+ * changes undone afterwards.
  *
- * Locks: none of its own.  The caller holds the stuck record FOR UPDATE.
+ * Time limit: idempotency.reconciler_timeout cancels the call; one that
+ * catches the cancel is ended with its process a grace later (the timer
+ * functions at the end of this file).  A maintenance function called inside
+ * a call is refused, so nothing re-arms those clocks.  Locks: none of its
+ * own; the caller holds the stuck record FOR UPDATE.
  *
  *-------------------------------------------------------------------------
  */
@@ -59,18 +50,24 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/regproc.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
+#include "utils/timeout.h"
 #include "utils/varlena.h"
 
 #include "idempotency.h"
+#include "maintenance.h"
 
 PG_FUNCTION_INFO_V1(idem_reconcilers_check);
 
@@ -123,6 +120,7 @@ typedef enum Control
 	CONTROL_REGISTRAR_GONE,		/* the registrar no longer exists */
 	CONTROL_HANDLER_GONE,		/* no function has the stored signature */
 	CONTROL_HANDLER_FAULT,		/* the function is not a reconciler */
+	CONTROL_SUPERUSER,			/* run_as is a superuser, and not allowed */
 	CONTROL_REGISTRAR,			/* wrote the row: chose function and role */
 	CONTROL_FUNCTION,			/* owns the function: can change its body */
 	CONTROL_SESSION,			/* the calling session, with temporary objects */
@@ -551,6 +549,8 @@ ErrhintSkipped(const TrustCheck *tc, const char *role, const char *schema,
 		case CONTROL_REGISTRAR_GONE:
 		case CONTROL_HANDLER_FAULT:
 			return errhint("Register the reconciler again with idem_set_reconciler, or remove it by passing NULL.");
+		case CONTROL_SUPERUSER:
+			return errhint("Register it again to run as a role that is not a superuser.  Turning on idempotency.enable_superuser_reconcilers lets every table, view, type and function a reconciler touches run code as a superuser.");
 		case CONTROL_HANDLER_GONE:
 			return errhint("Create the function again, register another reconciler with idem_set_reconciler, or remove it by passing NULL.");
 		case CONTROL_REGISTRAR:
@@ -590,17 +590,70 @@ ErrhintSkipped(const TrustCheck *tc, const char *role, const char *schema,
 }
 
 /*
+ * The reason for the view idem_reconciler_status: what keeps the call
+ * from being made, or which role controls what (the WARNING says more).
+ */
+static char *
+SkipReason(const TrustCheck *tc, const char *role, const char *schema)
+{
+	switch (tc->what)
+	{
+		case CONTROL_RUN_AS_GONE:
+			return pstrdup("the role it runs as no longer exists");
+		case CONTROL_REGISTRAR_GONE:
+			return pstrdup("the role that registered it no longer exists");
+		case CONTROL_SUPERUSER:
+			return pstrdup("it runs as a superuser, and idempotency.enable_superuser_reconcilers is off");
+		case CONTROL_HANDLER_GONE:
+			return pstrdup("no function has its signature");
+		case CONTROL_HANDLER_FAULT:
+			return pstrdup("its function cannot be a reconciler");
+		case CONTROL_REGISTRAR:
+			return psprintf("role \"%s\", which registered it, may not act as the role it runs as", role);
+		case CONTROL_FUNCTION:
+			return psprintf("role \"%s\", which owns its function, may not act as the role it runs as", role);
+		case CONTROL_SESSION:
+			return psprintf("the calling session of role \"%s\" has temporary objects", role);
+		case CONTROL_SCHEMA_OWNER:
+			return psprintf("role \"%s\" owns schema \"%s\" on its search_path", role, schema);
+		case CONTROL_SCHEMA_CREATE:
+			if (!OidIsValid(tc->role))
+				return psprintf("PUBLIC may create in schema \"%s\" on its search_path", schema);
+			return psprintf("role \"%s\" may create in schema \"%s\" on its search_path", role, schema);
+		case CONTROL_SCHEMA_MISSING:
+			return psprintf("role \"%s\" may create schema \"%s\" of its search_path", role, tc->name);
+		case CONTROL_SCHEMA_FUNCTION:
+			return psprintf("role \"%s\" owns a function in schema \"%s\" on its search_path", role, schema);
+		case CONTROL_SCHEMA_OPERATOR:
+			return psprintf("role \"%s\" owns an operator in schema \"%s\" on its search_path", role, schema);
+		case CONTROL_TABLE_OWNER:
+			return psprintf("role \"%s\" owns table \"idem_keys\"", role);
+		case CONTROL_TABLE_TRIGGER:
+			return psprintf("role \"%s\" may create triggers on table \"idem_keys\"", role);
+		case CONTROL_TABLE_CODE:
+			return psprintf("role \"%s\" owns a function that code on table \"idem_keys\" calls", role);
+		case CONTROL_COLUMN_TYPE:
+			return psprintf("role \"%s\" owns the type of a column of table \"idem_keys\"", role);
+	}
+	return pstrdup("");
+}
+
+/*
  * Report why the reconciler is skipped: one WARNING, whose detail says
- * which role controls what, and whose hint says how to let it run.
+ * which role controls what, and whose hint says how to let it run.  The
+ * cause is noted for idem_reconciler_status (backoff.c); with quiet (the
+ * worker) the WARNING is left out while the same cause was reported less
+ * than processing_timeout ago.
  */
 static void
-ReportSkipped(const TrustCheck *tc)
+ReportSkipped(const TrustCheck *tc, bool quiet)
 {
 	const IdemReconciler *rc = tc->rc;
 	const char *op = text_to_cstring(rc->operation);
 	char	   *run_as = GetUserNameFromId(rc->run_as, true);
 	char	   *role = NULL;
 	char	   *schema = NULL;
+	char	   *cause;
 	int			code = ERRCODE_INSUFFICIENT_PRIVILEGE;
 
 	if (OidIsValid(tc->role))
@@ -612,6 +665,11 @@ ReportSkipped(const TrustCheck *tc)
 	else if (tc->what == CONTROL_SCHEMA_FUNCTION ||
 			 tc->what == CONTROL_SCHEMA_OPERATOR)
 		schema = pstrdup(tc->name);
+	cause = psprintf("%d %u %u %s", (int) tc->what, tc->role, tc->object,
+					 tc->name != NULL ? tc->name : "");
+	if (!IdemSkipNoted(rc->operation, cause, SkipReason(tc, role, schema)) &&
+		quiet)
+		return;
 	if (tc->what == CONTROL_RUN_AS_GONE || tc->what == CONTROL_REGISTRAR_GONE)
 		code = ERRCODE_UNDEFINED_OBJECT;
 	else if (tc->what == CONTROL_HANDLER_GONE)
@@ -629,6 +687,9 @@ ReportSkipped(const TrustCheck *tc)
 			 tc->what == CONTROL_REGISTRAR_GONE ?
 			 errdetail("The role that registered it, with OID %u, no longer exists.",
 					   tc->registered_by) :
+			 tc->what == CONTROL_SUPERUSER ?
+			 errdetail("It runs as role \"%s\", a superuser, and idempotency.enable_superuser_reconcilers is off.",
+					   run_as) :
 			 tc->what == CONTROL_HANDLER_GONE ?
 			 errdetail("No function has that signature: it was dropped or renamed since it was registered.") :
 			 tc->what == CONTROL_HANDLER_FAULT ?
@@ -679,17 +740,22 @@ ReportSkipped(const TrustCheck *tc)
  * May the reconciler rc, resolved to handler, be called now?  Checked at
  * every call, not only when the row was written, because the row may have
  * been written by hand and rights change.  It may when its roles still
- * exist, the function is a plain function(idem_keys) that run_as may
- * execute, and every role that controls code the call will run can
- * already act as run_as (Trusted): the registrar, the function's owner, a
- * session with temporary objects (pg_temp is still searched for relations
- * and types), whoever owns, may create in or owns functions and operators
- * in a schema of its effective search_path (the pinned one, and the
- * function's own), and whoever may attach code to idem_keys, which its
- * writes run.  Otherwise one WARNING says why (ReportSkipped).
+ * exist, run_as is no superuser (unless enable_superuser_reconcilers), the
+ * function is a plain function(idem_keys) that run_as may execute, and
+ * every role that controls code the call will run can already act as
+ * run_as (Trusted): the registrar, the function's owner, a session with
+ * temporary objects (pg_temp is still searched for relations and types),
+ * whoever owns, may create in or owns functions and operators in a schema
+ * of its effective search_path (the pinned one, and the function's own; a
+ * schema named there that does not exist, whoever may create it), and
+ * whoever may attach code to idem_keys, which its writes run: its owner,
+ * the roles granted TRIGGER on it, the owners of the functions that code
+ * calls (found through pg_depend) and of its columns' types.  Otherwise
+ * one WARNING says why (ReportSkipped).
  */
 static bool
-ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype)
+ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype,
+				   bool quiet)
 {
 	TrustCheck	tc;
 	Oid			tempns;
@@ -710,6 +776,8 @@ ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype
 		Refuse(&tc, CONTROL_RUN_AS_GONE, rc->run_as, InvalidOid, NULL);
 	else if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(tc.registered_by)))
 		Refuse(&tc, CONTROL_REGISTRAR_GONE, tc.registered_by, InvalidOid, NULL);
+	else if (superuser_arg(rc->run_as) && !idem_enable_superuser_reconcilers)
+		Refuse(&tc, CONTROL_SUPERUSER, rc->run_as, InvalidOid, NULL);
 	(void) Trusted(&tc, tc.registered_by, CONTROL_REGISTRAR, InvalidOid);
 	if (!tc.refused && !OidIsValid(handler))
 		Refuse(&tc, CONTROL_HANDLER_GONE, InvalidOid, InvalidOid, NULL);
@@ -736,7 +804,9 @@ ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype
 		TrustKeysTable(&tc, get_relname_relid("idem_keys", nspid));
 
 	if (tc.refused)
-		ReportSkipped(&tc);
+		ReportSkipped(&tc, quiet);
+	else
+		IdemSkipForget(rc->operation);
 	return !tc.refused;
 }
 
@@ -744,10 +814,11 @@ ReconcilerRunnable(Oid nspid, const IdemReconciler *rc, Oid handler, Oid rowtype
  * Call the reconciler rc of the extension in schema nspid with row (a
  * record of type idem_keys) as the role that registered it, in a
  * security-restricted context, with search_path pinned and setting changes
- * undone; false, after a WARNING, when it may not be called.
+ * undone; false, after a WARNING (with quiet, once per cause: the worker),
+ * when it may not be called.
  */
 bool
-IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row)
+IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row, bool quiet)
 {
 	/* the type of idem_keys itself, also when the records are a shard's */
 	Oid			rowtype = get_rel_type_id(get_relname_relid("idem_keys", nspid));
@@ -763,7 +834,7 @@ IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row)
 	PinSearchPath(nspid);
 
 	handler = ResolveHandler(rc);
-	if (!ReconcilerRunnable(nspid, rc, handler, rowtype))
+	if (!ReconcilerRunnable(nspid, rc, handler, rowtype, quiet))
 	{
 		AtEOXact_GUC(false, save_nestlevel);
 		return false;
@@ -786,12 +857,21 @@ IdemReconcilerCall(Oid nspid, const IdemReconciler *rc, Datum row)
 /*
  * Raise an ERROR unless handler can be a reconciler that runs as run_as:
  * a plain function(idem_keys), not returning a set, that run_as may
- * execute, owned by a role that may act as run_as.
+ * execute, owned by a role that may act as run_as; and run_as no
+ * superuser unless idempotency.enable_superuser_reconcilers says so.
  */
 void
 IdemReconcilerCheck(Oid handler, Oid rowtype, Oid run_as)
 {
 	IdemHandlerFault fault;
+
+	if (superuser_arg(run_as) && !idem_enable_superuser_reconcilers)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to register a reconciler that runs as superuser \"%s\"",
+						GetUserNameFromId(run_as, false)),
+				 errdetail("A reconciler runs unattended with the rights of its role, and idempotency.enable_superuser_reconcilers is off."),
+				 errhint("Register it to run as a role that is not a superuser.  Turning on idempotency.enable_superuser_reconcilers lets every table, view, type and function a reconciler touches run code as a superuser.")));
 
 	fault = IdemCheckHandler(handler, rowtype, InvalidOid, run_as, NULL);
 	if (fault == IDEM_HANDLER_OK)
@@ -920,4 +1000,170 @@ idem_reconcilers_check(PG_FUNCTION_ARGS)
 
 	return PointerGetDatum(heap_modify_tuple_by_cols(tuple, RelationGetDescr(rel),
 													 2, attnums, values, nulls));
+}
+
+/*
+ * Grace, in milliseconds, between the cancel of a reconciler call past
+ * idempotency.reconciler_timeout and the end of the process, for a call
+ * that caught the cancel: at most half the timeout, so that the process
+ * has ended within one and a half timeouts.
+ */
+#define IDEM_RECONCILER_GRACE_MS	1000
+
+/* The timeouts of a reconciler call: the cancel, then the end */
+static TimeoutId reconciler_timeout_id = MAX_TIMEOUTS;
+static TimeoutId reconciler_kill_id = MAX_TIMEOUTS;
+static volatile sig_atomic_t reconciler_in_call = false;
+static volatile sig_atomic_t reconciler_timed_out = false;
+static volatile sig_atomic_t reconciler_abandoned = false;
+
+/* The call running now, for the WARNING of ReportAbandonedCall */
+static char *call_handler = NULL;
+static char *call_operation = NULL;
+static char *call_scope = NULL;
+static char *call_key = NULL;
+static bool call_exit_registered = false;
+
+/*
+ * The reconciler ran out of time: cancel it as StatementCancelHandler
+ * does, and remember why, so that the cancel is reported as a timeout and
+ * not passed on as the session's own cancel.
+ */
+static void
+ReconcilerTimeoutHandler(void)
+{
+	reconciler_timed_out = true;
+	if (reconciler_in_call && !proc_exit_inprogress)
+	{
+		InterruptPending = true;
+		QueryCancelPending = true;
+	}
+	SetLatch(MyLatch);
+}
+
+/*
+ * The reconciler is still running a grace after its cancel: it caught it.
+ * End the process as SIGTERM does (a FATAL, which no exception block
+ * catches); the transaction, and with it the record's lock, goes with it,
+ * and ReportAbandonedCall says so.  The worker's launcher starts another
+ * worker; a session calling idem_reconcile() or idem_maintain() ends.
+ */
+static void
+ReconcilerKillHandler(void)
+{
+	if (reconciler_in_call && !proc_exit_inprogress)
+	{
+		reconciler_abandoned = true;
+		InterruptPending = true;
+		ProcDiePending = true;
+	}
+	SetLatch(MyLatch);
+}
+
+/*
+ * At the exit of a process that ended a reconciler call which caught its
+ * cancel: the WARNING that names the key (after the FATAL that ended it).
+ */
+static void
+ReportAbandonedCall(int code, Datum arg)
+{
+	if (!reconciler_abandoned || call_key == NULL)
+		return;
+	reconciler_abandoned = false;
+	/* the context of the interrupted function says nothing more here */
+	error_context_stack = NULL;
+
+	/*
+	 * Logged at every log_min_messages that shows more than the FATAL: at
+	 * LOG where a WARNING is not (log, error), as PostgreSQL ranks them
+	 */
+	ereport(log_min_messages == LOG || log_min_messages > WARNING ? LOG : WARNING,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("reconciler %s did not end at its time limit for idempotency key \"%s\"",
+					call_handler, call_key),
+			 errdetail("Operation \"%s\", scope \"%s\". The call went on after it was cancelled at idempotency.reconciler_timeout (%d ms), so its process was ended.",
+					   call_operation, call_scope, idem_reconciler_timeout_ms),
+			 errhint("The record stays stuck; the worker calls the reconciler again after a delay that grows with each failure (view idem_reconciler_status).  A reconciler must not catch query_canceled.")));
+}
+
+/* Replace a string of the current call, kept in TopMemoryContext */
+static void
+SetCallString(char **field, const char *value)
+{
+	if (*field != NULL)
+		pfree(*field);
+	*field = MemoryContextStrdup(TopMemoryContext, value);
+}
+
+/*
+ * Start the clocks of one call of reconciler rc for the record (scope, key): the cancel at
+ * idempotency.reconciler_timeout, and the end of the process a grace
+ * later, which no reconciler can catch or put off.
+ */
+void
+IdemReconcilerTimerStart(const IdemReconciler *rc, text *scope, text *key)
+{
+	EnableTimeoutParams timeouts[2];
+	int			grace = Min(IDEM_RECONCILER_GRACE_MS, idem_reconciler_timeout_ms / 2);
+
+	if (reconciler_timeout_id == MAX_TIMEOUTS)
+	{
+		reconciler_timeout_id = RegisterTimeout(USER_TIMEOUT, ReconcilerTimeoutHandler);
+		reconciler_kill_id = RegisterTimeout(USER_TIMEOUT, ReconcilerKillHandler);
+	}
+	if (!call_exit_registered)
+	{
+		before_shmem_exit(ReportAbandonedCall, (Datum) 0);
+		call_exit_registered = true;
+	}
+	SetCallString(&call_handler, rc->handler);
+	SetCallString(&call_operation, text_to_cstring(rc->operation));
+	SetCallString(&call_scope, text_to_cstring(scope));
+	SetCallString(&call_key, text_to_cstring(key));
+
+	reconciler_timed_out = false;
+	reconciler_in_call = true;
+	timeouts[0].id = reconciler_timeout_id;
+	timeouts[0].type = TMPARAM_AFTER;
+	timeouts[0].delay_ms = idem_reconciler_timeout_ms;
+	timeouts[1].id = reconciler_kill_id;
+	timeouts[1].type = TMPARAM_AFTER;
+	timeouts[1].delay_ms = (int) Min((int64) idem_reconciler_timeout_ms + grace, INT_MAX);
+	enable_timeouts(timeouts, 2);
+}
+
+/*
+ * Stop them; true when the cancel fired.  A cancel it raised after the
+ * reconciler returned is dropped: it was meant for the call only.
+ */
+bool
+IdemReconcilerTimerStop(void)
+{
+	DisableTimeoutParams timeouts[2];
+
+	reconciler_in_call = false;
+	timeouts[0].id = reconciler_timeout_id;
+	timeouts[0].keep_indicator = false;
+	timeouts[1].id = reconciler_kill_id;
+	timeouts[1].keep_indicator = false;
+	disable_timeouts(timeouts, 2);
+	if (!reconciler_timed_out)
+		return false;
+	QueryCancelPending = false;
+	return true;
+}
+
+/*
+ * Refuse a maintenance function called from inside a reconciler call: its
+ * pass would run its own reconciler calls, whose clocks would replace the
+ * running call's, and the call could outlive idempotency.reconciler_timeout.
+ */
+void
+IdemPreventInReconciler(const char *function)
+{
+	if (reconciler_in_call)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("%s cannot be called from a reconciler", function),
+				 errdetail("A reconciler runs inside a maintenance pass, under that pass's time limit.")));
 }

@@ -13,6 +13,9 @@ ex_database idem_example_gateway
 ex_sql -f examples/gateway/gateway.sql
 # A short timeout for the demonstration (the default is 5 minutes)
 ex_sql -c "ALTER DATABASE idem_example_gateway SET idempotency.processing_timeout = '5s'"
+# The example's reconciler runs as the superuser loading it, which the
+# operator must allow (doc/security.md: give it a role of its own instead)
+ex_sql -c "ALTER DATABASE idem_example_gateway SET idempotency.enable_superuser_reconcilers = on"
 
 client=examples/gateway/client.sh
 charges() { ex_value "SELECT count(*) FROM gateway.charges WHERE reference = '$1'"; }

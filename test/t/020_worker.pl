@@ -138,8 +138,9 @@ is( $s->query_safe(q{SELECT string_agg(DISTINCT who::text, ',') FROM calls}),
 is($s->query_safe(q{SELECT status FROM idem_keys WHERE key = 'boom-1'}),
 	'stuck', 'the key whose reconciler raised stays stuck');
 
-# The error is logged with the key, and the worker goes on: the failing
-# reconciler is called again at later passes, and a new stuck key is settled
+# The error is logged with the key, and the worker goes on: a new stuck key
+# is settled, and the failing reconciler is called again after a delay that
+# grows with each failure (idem_reconciler_status)
 $node->safe_psql('postgres', q{SELECT idem_reserve('charge', 'paid-2')});
 ok( defined wait_for(
 		$s, q{SELECT status = 'completed' FROM idem_keys WHERE operation = 'charge' AND key = 'paid-2'},
@@ -149,6 +150,12 @@ ok( $node->wait_for_log(
 		qr/WARNING:  reconciler public\.reconcile_charge\(public\.idem_keys\) failed for idempotency key "boom-1"\n.*DETAIL:  Operation "charge", scope "". The reconciler raised: gateway unreachable/,
 		0),
 	'the reconciler error is logged as a WARNING naming the key');
+is( $s->query_safe(
+		q{SELECT state || ': ' || reason FROM idem_reconciler_status WHERE key = 'boom-1'}),
+	'backed off: it raised: gateway unreachable',
+	'idem_reconciler_status shows the failing key backed off, with the reason');
+ok(defined wait_for($s, q{SELECT attempts >= 2 FROM idem_reconciler_status WHERE key = 'boom-1'}, 30),
+	'the failing reconciler is called again after its delay');
 my $log = slurp_file($node->logfile);
 my $failures = () = $log =~ /failed for idempotency key "boom-1"/g;
 cmp_ok($failures, '>=', 2, "the failing reconciler is retried at later passes ($failures calls)");

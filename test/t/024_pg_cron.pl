@@ -28,6 +28,8 @@ cron.use_background_workers = on
 max_worker_processes = 16
 log_line_prefix = '%m [%p] %b '
 idempotency.processing_timeout = '200ms'
+# its reconcilers run as the bootstrap superuser, which the operator allows
+idempotency.enable_superuser_reconcilers = on
 });
 $node->start;
 

@@ -25,6 +25,8 @@ log_line_prefix = '%m [%p] %b '
 idempotency.sweep_interval = '1s'
 idempotency.processing_timeout = '200ms'
 idempotency.stats_max_operations = 10
+# its reconcilers run as the bootstrap superuser, which the operator allows
+idempotency.enable_superuser_reconcilers = on
 });
 
 for my $db ('app', 'gone')

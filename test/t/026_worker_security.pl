@@ -22,6 +22,8 @@ use Time::HiRes qw(time usleep);
 my $node = start_node('worker_security', q{
 idempotency.sweep_interval = '300ms'
 idempotency.processing_timeout = '100ms'
+# its reconcilers run as the bootstrap superuser, which the operator allows
+idempotency.enable_superuser_reconcilers = on
 });
 
 my $super = $node->safe_psql('postgres', 'SELECT rolname FROM pg_roles WHERE oid = 10');

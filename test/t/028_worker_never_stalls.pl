@@ -27,6 +27,8 @@ idempotency.sweep_interval = '500ms'
 idempotency.processing_timeout = '200ms'
 idempotency.max_workers = 1
 idempotency.reconciler_timeout = '1s'
+# its reconcilers run as the bootstrap superuser, which the operator allows
+idempotency.enable_superuser_reconcilers = on
 });
 
 # Expired completed records in a database; the query that is true once

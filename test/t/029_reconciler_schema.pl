@@ -23,6 +23,8 @@ use Time::HiRes qw(time usleep);
 my $node = start_node('reconciler_schema', q{
 idempotency.sweep_interval = '300ms'
 idempotency.processing_timeout = '100ms'
+# its reconcilers run as the bootstrap superuser, which the operator allows
+idempotency.enable_superuser_reconcilers = on
 });
 
 $node->safe_psql('postgres', q{

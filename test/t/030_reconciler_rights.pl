@@ -20,6 +20,8 @@ use IdemTest qw(start_node wait_for log_errors);
 my $node = start_node('reconciler_rights', q{
 idempotency.sweep_interval = '300ms'
 idempotency.processing_timeout = '100ms'
+# its reconcilers run as the bootstrap superuser, which the operator allows
+idempotency.enable_superuser_reconcilers = on
 });
 
 # keys_owner may act as payments (SET ROLE) without inheriting its rights,

@@ -27,6 +27,8 @@ idempotency.sweep_interval = '200ms'
 idempotency.processing_timeout = '100ms'
 idempotency.reconciler_timeout = '${timeout_s}s'
 idempotency.max_workers = 1
+# its reconcilers run as the bootstrap superuser, which the operator allows
+idempotency.enable_superuser_reconcilers = on
 });
 
 # A database with the extension, a reconciler for operation $op whose body

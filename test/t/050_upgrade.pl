@@ -29,6 +29,8 @@ idempotency.enabled = off
 idempotency.processing_timeout = '1h'
 idempotency.sweep_interval = '100ms'
 max_connections = 40
+# its reconcilers run as the bootstrap superuser, which the operator allows
+idempotency.enable_superuser_reconcilers = on
 });
 $node->start;
 

@@ -19,6 +19,8 @@ $node->init;
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'idempotency'
 idempotency.enabled = off
+# its reconcilers run as the bootstrap superuser, which the operator allows
+idempotency.enable_superuser_reconcilers = on
 });
 $node->start;
 
