@@ -17,7 +17,11 @@ import org.postgresql.util.ServerErrorMessage;
  * asked for, the fingerprint document built, then in one transaction
  * {@code idem_reserve}, the handler (on the same connection), {@code
  * idem_complete} and COMMIT; a handler error or a retryable status rolls
- * back. Thread-safe; one engine serves every request.
+ * back. A {@link RaisedError} (an error the framework resolved to a
+ * response) rolls back too and answers that response, unless the settings
+ * mark it {@linkplain IdempotencySettings#isFinalError final}: then it is
+ * completed like a returned response. Thread-safe; one engine serves every
+ * request.
  *
  * <pre>{@code
  * IdempotencyEngine engine = new IdempotencyEngine(IdempotencySettings.defaults(),
@@ -32,6 +36,9 @@ public final class IdempotencyEngine {
 	static final String RESERVE = "SELECT r.outcome, r.response_status, r.response::text, (r.response -> 'body')::text "
 		+ "FROM idem_reserve(?, ?, ?::jsonb, scope => ?, ttl => ?::interval) AS r";
 	static final String COMPLETE = "SELECT idem_complete(?, ?, ?::jsonb, ?, scope => ?)";
+
+	/** SQLSTATE in_failed_sql_transaction: an earlier statement's error aborted it */
+	private static final String IN_FAILED_TRANSACTION = "25P02";
 
 	private final IdempotencySettings settings;
 	private final TransactionRunner runner;
@@ -79,8 +86,12 @@ public final class IdempotencyEngine {
 		 *        the handler's own SQL runs; {@code null} where the route's key
 		 *        is optional and the request has none (no transaction)
 		 * @return the response
-		 * @throws Exception to roll back (the client gets 500 {@code internal-error},
-		 *         or the mapping's answer for the SQLSTATE it carries)
+		 * @throws RaisedError where the handler raised an error that its
+		 *         framework resolved to a response: rolled back and that
+		 *         response answered, or completed with it where the error is final
+		 * @throws Exception any other: rolled back (the client gets 500
+		 *         {@code internal-error}, or the mapping's answer for the
+		 *         SQLSTATE it carries)
 		 */
 		CapturedResponse handle(Connection connection) throws Exception;
 	}
@@ -101,7 +112,11 @@ public final class IdempotencyEngine {
 			if (key.isEmpty()) {
 				if (keyRequired)
 					throw new IdempotencyException(ProblemCode.MISSING_KEY);
-				return new IdempotencyResult.Handled(handler.handle(null), false);
+				try {
+					return new IdempotencyResult.Handled(handler.handle(null), false);
+				} catch (RaisedError e) {
+					return new IdempotencyResult.Handled(e.resolved(), false);
+				}
 			}
 			String principal = scope.get();
 			if (principal == null || principal.isEmpty())
@@ -161,7 +176,20 @@ public final class IdempotencyEngine {
 				throw new IllegalStateException("idem_reserve returned the unknown outcome \"" + outcome + "\"");
 		}
 
-		CapturedResponse answer = handler.handle(c);
+		CapturedResponse answer;
+		boolean raised = false;
+		try {
+			answer = handler.handle(c);
+		} catch (RaisedError e) {
+			// rolled back whatever status it was resolved to, unless final;
+			// a final one whose transaction can no longer commit too
+			answer = e.resolved();
+			raised = true;
+			if (!settings.isFinalError(e.getCause()) || control.isRollbackOnly()) {
+				control.setRollbackOnly();
+				return new IdempotencyResult.Handled(answer, false);
+			}
+		}
 		if (settings.retryableStatuses().contains(answer.status())) {
 			control.setRollbackOnly();
 			return new IdempotencyResult.Handled(answer, false);
@@ -173,6 +201,13 @@ public final class IdempotencyEngine {
 			st.setInt(4, answer.status());
 			st.setString(5, scope);
 			st.execute();
+		} catch (SQLException e) {
+			// a final error raised from SQL that aborted the transaction
+			if (raised && IN_FAILED_TRANSACTION.equals(e.getSQLState())) {
+				control.setRollbackOnly();
+				return new IdempotencyResult.Handled(answer, false);
+			}
+			throw e;
 		}
 		return new IdempotencyResult.Handled(answer, true);
 	}

@@ -5,6 +5,7 @@ import java.util.Collection;
 import java.util.LinkedHashSet;
 import java.util.Locale;
 import java.util.Set;
+import java.util.function.Predicate;
 
 /**
  * The settings every library has (doc/clients.md, "Settings every library
@@ -16,6 +17,7 @@ import java.util.Set;
  * IdempotencySettings settings = IdempotencySettings.builder()
  *     .ttl(Duration.ofHours(24))
  *     .replayHeaders("content-type", "location", "etag")
+ *     .finalErrors(CardDeclinedException.class)
  *     .build();
  * }</pre>
  */
@@ -26,6 +28,7 @@ public final class IdempotencySettings {
 	private final StatusSet retryableStatuses;
 	private final ProblemMapping mapping;
 	private final int retryAfterSeconds;
+	private final Predicate<Throwable> finalErrors;
 
 	private IdempotencySettings(Builder b) {
 		this.ttl = checkTtl(b.ttl);
@@ -36,6 +39,7 @@ public final class IdempotencySettings {
 		if (b.retryAfterSeconds < 0)
 			throw new IllegalArgumentException("retry-after must be 0 seconds or more");
 		this.retryAfterSeconds = b.retryAfterSeconds;
+		this.finalErrors = b.finalErrors;
 	}
 
 	/** @return the defaults */
@@ -58,6 +62,7 @@ public final class IdempotencySettings {
 		b.retryableStatuses = retryableStatuses;
 		b.mapping = mapping;
 		b.retryAfterSeconds = retryAfterSeconds;
+		b.finalErrors = finalErrors;
 		return b;
 	}
 
@@ -91,6 +96,17 @@ public final class IdempotencySettings {
 		return retryAfterSeconds;
 	}
 
+	/**
+	 * Whether a raised error is final: completed with the response its
+	 * framework resolved it to, instead of rolled back.
+	 *
+	 * @param error what the handler raised
+	 * @return whether one of the final error types or predicates takes it
+	 */
+	public boolean isFinalError(Throwable error) {
+		return error != null && finalErrors.test(error);
+	}
+
 	/** A ttl must be positive; null is the server's default. */
 	static Duration checkTtl(Duration ttl) {
 		if (ttl != null && (ttl.isNegative() || ttl.isZero()))
@@ -106,6 +122,7 @@ public final class IdempotencySettings {
 		private StatusSet retryableStatuses = StatusSet.defaultRetryable();
 		private ProblemMapping mapping = ProblemMapping.defaults();
 		private int retryAfterSeconds = 1;
+		private Predicate<Throwable> finalErrors = error -> false;
 
 		private Builder() {
 		}
@@ -186,6 +203,49 @@ public final class IdempotencySettings {
 		 */
 		public Builder retryAfterSeconds(int seconds) {
 			this.retryAfterSeconds = seconds;
+			return this;
+		}
+
+		/**
+		 * Adds final errors: a raised error that is an instance of one of these
+		 * types is completed with the status and body its framework resolved
+		 * it to (and replayed), instead of rolled back. Its causes are not
+		 * looked at.
+		 *
+		 * @param types error types
+		 * @return this builder
+		 */
+		@SafeVarargs
+		public final Builder finalErrors(Class<? extends Throwable>... types) {
+			java.util.List<Class<? extends Throwable>> list = new java.util.ArrayList<>();
+			for (Class<? extends Throwable> type : types)
+				list.add(java.util.Objects.requireNonNull(type));
+			return finalErrors(list);
+		}
+
+		/**
+		 * Adds final errors by type (see {@link #finalErrors(Class...)}).
+		 *
+		 * @param types error types
+		 * @return this builder
+		 */
+		public Builder finalErrors(Collection<Class<? extends Throwable>> types) {
+			java.util.List<Class<? extends Throwable>> list = java.util.List.copyOf(types);
+			return finalErrors(error -> list.stream().anyMatch(t -> t.isInstance(error)));
+		}
+
+		/**
+		 * Adds final errors by a predicate of the raised error: where it (or an
+		 * earlier type or predicate) says yes, the error is completed with its
+		 * resolved status and body instead of rolled back.
+		 *
+		 * @param predicate the test
+		 * @return this builder
+		 */
+		public Builder finalErrors(Predicate<? super Throwable> predicate) {
+			java.util.Objects.requireNonNull(predicate);
+			Predicate<Throwable> before = finalErrors;
+			finalErrors = error -> before.test(error) || predicate.test(error);
 			return this;
 		}
 

@@ -209,6 +209,88 @@ class IdempotencyEngineTest {
 		assertEquals(1, effects());
 	}
 
+	/** An error a framework resolves to a 402 (a declined card). */
+	static final class Declined extends RuntimeException {
+		private static final long serialVersionUID = 1L;
+	}
+
+	/** A handler that inserts, then raises {@code error}, which its framework resolved to a 402. */
+	private IdempotencyEngine.Handler insertThenRaise(RuntimeException error) {
+		return c -> {
+			CapturedResponse resolved = insert("acct-a", 402).handle(c);
+			throw new RaisedError(error, resolved);
+		};
+	}
+
+	@Test
+	void raisedErrorRollsBackWhateverItsResolvedStatus() {
+		IdempotencyResult r = run("acct-a", BODY, insertThenRaise(new Declined()));
+		IdempotencyResult.Handled h = assertInstanceOf(IdempotencyResult.Handled.class, r);
+		assertEquals(402, h.status());
+		assertTrue(!h.completed());
+		assertTrue(new String(h.response().body(), StandardCharsets.UTF_8).startsWith("{\"id\": "));
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		// the retry runs again
+		assertInstanceOf(IdempotencyResult.Handled.class, run("acct-a", BODY, insertThenRaise(new Declined())));
+		assertEquals(2, calls.get());
+		assertEquals(0, records());
+	}
+
+	@Test
+	void finalRaisedErrorIsCompletedWithItsResolvedAnswer() {
+		engine = new IdempotencyEngine(IdempotencySettings.builder().finalErrors(Declined.class).build(),
+			new JdbcTransactionRunner(TestDb.pool()));
+		IdempotencyResult.Handled h = assertInstanceOf(IdempotencyResult.Handled.class,
+			run("acct-a", BODY, insertThenRaise(new Declined())));
+		assertTrue(h.completed());
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class,
+			run("acct-a", BODY, insertThenRaise(new Declined()))).response();
+		assertEquals(402, s.status());
+		assertEquals(h.response().header("location"), s.headers().get("location"));
+		assertEquals(1, calls.get());
+		assertEquals(1, effects());
+		assertEquals(1, records());
+		// another type is not final; a predicate adds to the types
+		key = "k-" + UUID.randomUUID();
+		run("acct-a", BODY, insertThenRaise(new IllegalStateException()));
+		assertEquals(0, records());
+		engine = new IdempotencyEngine(IdempotencySettings.builder().finalErrors(Declined.class)
+			.finalErrors(e -> e instanceof IllegalStateException).build(), new JdbcTransactionRunner(TestDb.pool()));
+		run("acct-a", BODY, insertThenRaise(new IllegalStateException()));
+		assertEquals(1, records());
+	}
+
+	@Test
+	void finalRaisedErrorThatCannotCommitIsRolledBackAndAnswered() {
+		engine = new IdempotencyEngine(IdempotencySettings.builder().finalErrors(Declined.class).build(),
+			new JdbcTransactionRunner(TestDb.pool()));
+		// the handler's own SQL failed and aborted the transaction; its framework answered 402
+		IdempotencyResult r = run("acct-a", BODY, c -> {
+			CapturedResponse resolved = insert("acct-a", 402).handle(c);
+			try (PreparedStatement st = c.prepareStatement("SELECT 1 / 0")) {
+				st.execute();
+			} catch (SQLException e) {
+				throw new RaisedError(new Declined(), resolved);
+			}
+			throw new IllegalStateException("unreachable");
+		});
+		IdempotencyResult.Handled h = assertInstanceOf(IdempotencyResult.Handled.class, r);
+		assertEquals(402, h.status());
+		assertTrue(!h.completed());
+		assertEquals(0, effects());
+		assertEquals(0, records());
+	}
+
+	@Test
+	void raisedErrorWithoutAKeyIsAnsweredAsResolved() {
+		IdempotencyResult r = engine.execute(request(null, BODY), Route.defaults().withKeyRequired(false),
+			() -> "acct-a", c -> {
+				throw new RaisedError(new Declined(), new CapturedResponse(402, Map.of(), null));
+			});
+		assertEquals(402, assertInstanceOf(IdempotencyResult.Handled.class, r).status());
+	}
+
 	@Test
 	void retryableStatusesAreASetting() {
 		engine = new IdempotencyEngine(IdempotencySettings.builder().retryableStatuses(StatusSet.parse("402")).build(),

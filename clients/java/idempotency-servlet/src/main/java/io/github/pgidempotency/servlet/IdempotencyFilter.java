@@ -16,6 +16,7 @@ import io.github.pgidempotency.IdempotencySettings;
 import io.github.pgidempotency.IncomingRequest;
 import io.github.pgidempotency.JdbcTransactionRunner;
 import io.github.pgidempotency.Problem;
+import io.github.pgidempotency.RaisedError;
 import io.github.pgidempotency.Route;
 import io.github.pgidempotency.StoredResponse;
 import io.github.pgidempotency.TransactionRunner;
@@ -35,6 +36,15 @@ import jakarta.servlet.http.HttpServletResponse;
  * and committed, and only then written to the client. A handler on plain
  * JDBC takes the transaction's connection with {@link #connection(ServletRequest)}
  * (and must neither commit nor close it).
+ * <p>
+ * An exception that escapes the chain rolls the transaction back (500
+ * {@code internal-error}, or the mapping's answer for its SQLSTATE). A
+ * framework that answers an exception itself inside the chain (Spring MVC's
+ * exception resolvers) must say so with {@link #raised(ServletRequest,
+ * Throwable)}: the transaction is then rolled back too and the client gets
+ * the response the framework resolved, unless the settings mark the error
+ * {@linkplain IdempotencySettings#isFinalError final} (completed with that
+ * response, and replayed).
  *
  * <pre>{@code
  * IdempotencyFilter filter = IdempotencyFilter.builder(dataSource)
@@ -46,6 +56,9 @@ import jakarta.servlet.http.HttpServletResponse;
 public final class IdempotencyFilter implements Filter {
 	/** The request attribute holding the transaction's {@link Connection}. */
 	public static final String CONNECTION_ATTRIBUTE = IdempotencyFilter.class.getName() + ".connection";
+
+	/** The request attribute holding the error the handler raised, set by {@link #raised}. */
+	public static final String RAISED_ATTRIBUTE = IdempotencyFilter.class.getName() + ".raised";
 
 	private final IdempotencyEngine engine;
 	private final RouteResolver routes;
@@ -95,6 +108,20 @@ public final class IdempotencyFilter implements Filter {
 		return (Connection) c;
 	}
 
+	/**
+	 * Records that the handler raised an error which the framework answers
+	 * itself inside the filter chain (its response is the one it writes).
+	 * Call it from the framework's exception handling; the Spring Boot
+	 * starter does it for every exception Spring MVC resolves. Outside an
+	 * idempotent request it does nothing that matters.
+	 *
+	 * @param request the request
+	 * @param error what the handler raised
+	 */
+	public static void raised(ServletRequest request, Throwable error) {
+		request.setAttribute(RAISED_ATTRIBUTE, java.util.Objects.requireNonNull(error));
+	}
+
 	@Override
 	public void doFilter(ServletRequest req, ServletResponse res, FilterChain chain)
 		throws IOException, ServletException {
@@ -117,13 +144,19 @@ public final class IdempotencyFilter implements Filter {
 			buffered[0] = b;
 			if (connection != null)
 				wrapped.setAttribute(CONNECTION_ATTRIBUTE, connection);
+			wrapped.removeAttribute(RAISED_ATTRIBUTE);
+			Object raised;
 			try {
 				chain.doFilter(wrapped, b);
 			} finally {
 				wrapped.removeAttribute(CONNECTION_ATTRIBUTE);
+				raised = wrapped.getAttribute(RAISED_ATTRIBUTE);
+				wrapped.removeAttribute(RAISED_ATTRIBUTE);
 			}
 			if (wrapped.isAsyncStarted())
 				throw new IllegalStateException("an idempotent handler cannot be asynchronous");
+			if (raised instanceof Throwable error)
+				throw new RaisedError(error, b.capture());
 			return b.capture();
 		});
 		write(result, response, buffered[0]);

@@ -23,6 +23,7 @@ import java.util.UUID;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
+import io.github.pgidempotency.IdempotencySettings;
 import io.github.pgidempotency.Route;
 import jakarta.servlet.ServletException;
 import jakarta.servlet.http.HttpServlet;
@@ -52,6 +53,16 @@ class IdempotencyFilterTest {
 	static final HttpClient CLIENT = HttpClient.newHttpClient();
 
 	String key;
+
+	/** An error the application answers 402 itself. */
+	static class Declined extends RuntimeException {
+		private static final long serialVersionUID = 1L;
+	}
+
+	/** One the filter's settings mark final. */
+	static final class FinalDeclined extends Declined {
+		private static final long serialVersionUID = 1L;
+	}
 
 	/** The application: plain JDBC on the filter's connection. */
 	static final class App extends HttpServlet {
@@ -93,6 +104,13 @@ class IdempotencyFilterTest {
 					resp.setStatus(402);
 					resp.setContentType("application/problem+json");
 					resp.getWriter().write("{\"code\": \"card-declined\"}");
+				}
+				case "/raised", "/raised-final" -> {
+					// a framework that answers an exception itself says so
+					IdempotencyFilter.raised(req, path.equals("/raised") ? new Declined() : new FinalDeclined());
+					resp.setStatus(402);
+					resp.setContentType("application/problem+json");
+					resp.getWriter().write("{\"code\": \"card-declined\", \"payment\": " + id + "}");
 				}
 				case "/unavailable" -> resp.sendError(503, "try later");
 				case "/text" -> {
@@ -139,10 +157,13 @@ class IdempotencyFilterTest {
 				.add("POST", "/optional", Route.named("optional").withKeyRequired(false))
 				.add("POST", "/fail", Route.defaults())
 				.add("POST", "/declined", Route.defaults())
+				.add("POST", "/raised", Route.defaults())
+				.add("POST", "/raised-final", Route.defaults())
 				.add("POST", "/unavailable", Route.defaults())
 				.add("POST", "/text", Route.defaults())
 				.add("POST", "/slow", Route.defaults())
 				.build())
+			.settings(IdempotencySettings.builder().finalErrors(FinalDeclined.class).build())
 			.build();
 
 		tomcat = new Tomcat();
@@ -307,6 +328,30 @@ class IdempotencyFilterTest {
 		assertEquals("true", r.headers().firstValue("Idempotent-Replayed").orElse(null));
 		assertEquals("{\"code\": \"card-declined\"}", r.body());
 		assertEquals(1, effects());
+	}
+
+	@Test
+	void raisedErrorIsRolledBackWhateverItsStatus() throws Exception {
+		for (int attempt = 0; attempt < 2; attempt++) {
+			HttpResponse<String> r = pay("/raised", BODY, "token-a");
+			assertEquals(402, r.statusCode());
+			assertFalse(r.headers().firstValue("Idempotent-Replayed").isPresent());
+			assertTrue(r.body().contains("\"card-declined\""), r.body());
+			assertEquals(0, effects());
+			assertEquals(0, records());
+		}
+	}
+
+	@Test
+	void finalRaisedErrorIsCompletedAndReplayed() throws Exception {
+		HttpResponse<String> first = pay("/raised-final", BODY, "token-a");
+		assertEquals(402, first.statusCode());
+		HttpResponse<String> r = pay("/raised-final", BODY, "token-a");
+		assertEquals(402, r.statusCode());
+		assertEquals("true", r.headers().firstValue("Idempotent-Replayed").orElse(null));
+		assertEquals(first.body(), r.body());
+		assertEquals(1, effects());
+		assertEquals(1, records());
 	}
 
 	@Test

@@ -45,7 +45,18 @@ public final class SpringTransactionRunner implements TransactionRunner {
 			return template.execute(status -> {
 				Connection c = DataSourceUtils.getConnection(dataSource);
 				try {
-					return work.run(c, status::setRollbackOnly);
+					return work.run(c, new Control() {
+						@Override
+						public void setRollbackOnly() {
+							status.setRollbackOnly();
+						}
+
+						@Override
+						public boolean isRollbackOnly() {
+							// a joined @Transactional method that threw marks it too
+							return status.isRollbackOnly();
+						}
+					});
 				} catch (RuntimeException e) {
 					throw e;
 				} catch (Exception e) {
