@@ -194,10 +194,13 @@ public final class IdempotencyEngine {
 			control.setRollbackOnly();
 			return new IdempotencyResult.Handled(answer, false);
 		}
+		// only what can be sent is committed (thrown: rolled back, 500)
+		SendableResponse.check(answer);
+		String envelope = ResponseEnvelope.encode(answer, settings.replayHeaders());
 		try (PreparedStatement st = c.prepareStatement(COMPLETE)) {
 			st.setString(1, operation);
 			st.setString(2, key);
-			st.setString(3, ResponseEnvelope.encode(answer, settings.replayHeaders()));
+			st.setString(3, envelope);
 			st.setInt(4, answer.status());
 			st.setString(5, scope);
 			st.execute();
@@ -206,6 +209,14 @@ public final class IdempotencyEngine {
 			if (raised && IN_FAILED_TRANSACTION.equals(e.getSQLState())) {
 				control.setRollbackOnly();
 				return new IdempotencyResult.Handled(answer, false);
+			}
+			// the server could not read the envelope: the handler's answer,
+			// not the request, is at fault (500, not 400 invalid-request)
+			if (e.getSQLState() != null && e.getSQLState().startsWith("22")) {
+				UnsendableResponseException u = new UnsendableResponseException(
+					"the server could not store the response: SQLSTATE " + e.getSQLState());
+				u.addSuppressed(e);
+				throw u;
 			}
 			throw e;
 		}
@@ -216,6 +227,10 @@ public final class IdempotencyEngine {
 	private IdempotencyResult refuse(Exception e) {
 		if (e instanceof IdempotencyException ie)
 			return problem(ie.code(), ie.getMessage(), e);
+		if (e instanceof UnsendableResponseException) {
+			LOG.log(Level.ERROR, "idempotent request rolled back: its response cannot be sent or stored", e);
+			return problem(ProblemCode.INTERNAL_ERROR, null, e);
+		}
 		SQLException sql = sqlException(e);
 		ProblemCode code = settings.mapping().forSqlState(sql == null ? null : sql.getSQLState());
 		String detail = null;

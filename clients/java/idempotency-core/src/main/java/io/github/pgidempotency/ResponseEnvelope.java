@@ -28,7 +28,10 @@ public final class ResponseEnvelope {
 	 *
 	 * @param response the response
 	 * @param replayHeaders the allow-list: lower-case names of the headers to store
-	 * @return the envelope, as JSON text
+	 * @return the envelope, as JSON text of ASCII only
+	 * @throws UnsendableResponseException for a JSON body PostgreSQL cannot
+	 *         store unchanged: a string or member name with U+0000 or a lone
+	 *         surrogate
 	 */
 	public static String encode(CapturedResponse response, Set<String> replayHeaders) {
 		ObjectNode env = Json.MAPPER.createObjectNode();
@@ -40,11 +43,48 @@ public final class ResponseEnvelope {
 		});
 		byte[] body = response.body();
 		JsonNode json = Json.isJsonMediaType(response.header("content-type")) ? Json.parseBodyOrNull(body) : null;
-		if (json != null)
+		if (json != null) {
+			if (!storable(json))
+				throw new UnsendableResponseException("the JSON response body has U+0000 or a lone surrogate, "
+					+ "which PostgreSQL cannot store");
 			env.set("body", json);
-		else if (body.length > 0)
+		} else if (body.length > 0)
 			env.put("body_base64", Base64.getEncoder().encodeToString(body));
-		return Json.text(env);
+		return Json.asciiText(env);
+	}
+
+	/** Whether jsonb takes every string and member name of a value unchanged. */
+	private static boolean storable(JsonNode node) {
+		java.util.ArrayDeque<JsonNode> todo = new java.util.ArrayDeque<>();
+		todo.push(node);
+		while (!todo.isEmpty()) {
+			JsonNode n = todo.pop();
+			if (n.isTextual() && !storable(n.textValue()))
+				return false;
+			if (n.isObject()) {
+				for (Map.Entry<String, JsonNode> m : n.properties()) {
+					if (!storable(m.getKey()))
+						return false;
+					todo.push(m.getValue());
+				}
+			} else if (n.isArray())
+				n.forEach(todo::push);
+		}
+		return true;
+	}
+
+	/** No U+0000 (jsonb has no NUL) and no lone surrogate (not UTF-8). */
+	private static boolean storable(String s) {
+		for (int i = 0; i < s.length(); i++) {
+			char c = s.charAt(i);
+			if (c == 0)
+				return false;
+			if (Character.isHighSurrogate(c) && i + 1 < s.length() && Character.isLowSurrogate(s.charAt(i + 1)))
+				i++;
+			else if (Character.isSurrogate(c))
+				return false;
+		}
+		return true;
 	}
 
 	/**

@@ -291,6 +291,58 @@ class IdempotencyEngineTest {
 		assertEquals(402, assertInstanceOf(IdempotencyResult.Handled.class, r).status());
 	}
 
+	/** Responses no server here writes unchanged, or that jsonb cannot store unchanged. */
+	static java.util.stream.Stream<CapturedResponse> unsendable() {
+		byte[] ok = "{}".getBytes(StandardCharsets.UTF_8);
+		Map<String, List<String>> json = Map.of("content-type", List.of("application/json"));
+		return java.util.stream.Stream.of(
+			new CapturedResponse(201, Map.of("location", List.of("/payments/1\r\nSet-Cookie: a=b")), ok),
+			new CapturedResponse(201, Map.of("location", List.of("/payments/1\n")), ok),
+			new CapturedResponse(201, Map.of("x-note", List.of("a\u0000b")), ok),
+			new CapturedResponse(201, Map.of("content-type", List.of("application/json; charset=\u20ac")), ok),
+			new CapturedResponse(201, Map.of("x-note", List.of("caf\u00e9")), ok),
+			new CapturedResponse(201, Map.of("bad name", List.of("x")), ok),
+			new CapturedResponse(201, Map.of("", List.of("x")), ok),
+			new CapturedResponse(201, Map.of("x-a:b", List.of("x")), ok),
+			new CapturedResponse(600, Map.of(), ok),
+			new CapturedResponse(101, Map.of(), ok),
+			new CapturedResponse(201, json, "{\"a\": \"x\\u0000y\"}".getBytes(StandardCharsets.UTF_8)),
+			new CapturedResponse(201, json, "{\"\\u0000\": 1}".getBytes(StandardCharsets.UTF_8)),
+			new CapturedResponse(201, json, "[\"\\ud800\"]".getBytes(StandardCharsets.UTF_8)),
+			new CapturedResponse(201, json, "{\"a\": [\"\\udc00x\"]}".getBytes(StandardCharsets.UTF_8)));
+	}
+
+	@org.junit.jupiter.params.ParameterizedTest
+	@org.junit.jupiter.params.provider.MethodSource("unsendable")
+	void onlyWhatCanBeSentIsCommitted(CapturedResponse bad) {
+		for (int attempt = 1; attempt <= 2; attempt++) {
+			Problem p = problem(run("acct-a", BODY, c -> {
+				insert("acct-a", 201).handle(c);
+				return bad;
+			}));
+			assertEquals(500, p.status());
+			assertEquals(ProblemCode.INTERNAL_ERROR, p.code());
+			assertEquals(0, effects());
+			assertEquals(0, records());
+			// the retry runs the handler again
+			assertEquals(attempt, calls.get());
+		}
+	}
+
+	@Test
+	void whatCanBeSentIsStoredUnchanged() {
+		// tabs and spaces inside a value, a surrogate pair, non-ASCII text in a JSON body
+		CapturedResponse good = new CapturedResponse(201, Map.of("content-type", List.of("application/json"),
+			"location", List.of("/p/1 \t2"), "x-t~k!n", List.of("")),
+			"{\"s\": \"caf\u00e9 \\ud83d\\ude00 \u20ac\"}".getBytes(StandardCharsets.UTF_8));
+		run("acct-a", BODY, c -> good);
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class, run("acct-a", BODY, c -> good))
+			.response();
+		assertEquals("/p/1 \t2", s.headers().get("location"));
+		assertEquals("caf\u00e9 \ud83d\ude00 \u20ac", TestDb.value(
+			"SELECT response -> 'body' ->> 's' FROM idem_keys WHERE key = ?", key));
+	}
+
 	@Test
 	void retryableStatusesAreASetting() {
 		engine = new IdempotencyEngine(IdempotencySettings.builder().retryableStatuses(StatusSet.parse("402")).build(),

@@ -112,6 +112,16 @@ class IdempotencyFilterTest {
 					resp.setContentType("application/problem+json");
 					resp.getWriter().write("{\"code\": \"card-declined\", \"payment\": " + id + "}");
 				}
+				// client text in a Location; a Content-Type Tomcat would write as '?'
+				case "/unsendable" -> {
+					resp.setStatus(201);
+					resp.setHeader("Location", "/payments/" + body);
+				}
+				case "/unsendable-euro" -> {
+					resp.setStatus(201);
+					resp.setContentType("text/plain; note=\u20ac");
+					resp.getWriter().write("ok");
+				}
 				case "/unavailable" -> resp.sendError(503, "try later");
 				case "/text" -> {
 					resp.setStatus(200);
@@ -158,6 +168,8 @@ class IdempotencyFilterTest {
 				.add("POST", "/fail", Route.defaults())
 				.add("POST", "/declined", Route.defaults())
 				.add("POST", "/raised", Route.defaults())
+				.add("POST", "/unsendable", Route.defaults())
+				.add("POST", "/unsendable-euro", Route.defaults())
 				.add("POST", "/raised-final", Route.defaults())
 				.add("POST", "/unavailable", Route.defaults())
 				.add("POST", "/text", Route.defaults())
@@ -352,6 +364,21 @@ class IdempotencyFilterTest {
 		assertEquals(first.body(), r.body());
 		assertEquals(1, effects());
 		assertEquals(1, records());
+	}
+
+	/** doc/clients.md, "Only what can be sent is committed", through a real server. */
+	@ParameterizedTest
+	@CsvSource({"/unsendable, '1\r\nSet-Cookie: a=b'", "/unsendable, 1\u20ac", "/unsendable-euro, ok"})
+	void onlyWhatCanBeSentIsCommitted(String path, String body) throws Exception {
+		for (int attempt = 1; attempt <= 2; attempt++) {
+			HttpResponse<String> r = pay(path, body, "token-a");
+			assertEquals(500, r.statusCode(), r.body());
+			assertTrue(r.body().contains("\"code\":\"internal-error\""), r.body());
+			assertFalse(r.headers().firstValue("Set-Cookie").isPresent());
+			assertFalse(r.headers().firstValue("Location").isPresent());
+			assertEquals(0, effects());
+			assertEquals(0, records());
+		}
 	}
 
 	@Test

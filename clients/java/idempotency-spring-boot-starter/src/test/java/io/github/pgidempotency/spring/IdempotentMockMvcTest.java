@@ -213,6 +213,22 @@ class IdempotentMockMvcTest {
 		assertEquals(1, effects());
 	}
 
+	/** doc/clients.md, "Only what can be sent is committed": rolled back, 500, and the retry runs again. */
+	@ParameterizedTest
+	@ValueSource(strings = {"crlf", "euro-content-type", "header-name", "nul-body", "surrogate-body"})
+	void onlyWhatCanBeSentIsCommitted(String what) throws Exception {
+		for (int attempt = 1; attempt <= 2; attempt++) {
+			mvc.perform(pay("/unsendable/" + what, "x\r\nSet-Cookie: a=b", "token-a"))
+				.andExpect(status().isInternalServerError())
+				.andExpect(content().contentType("application/problem+json"))
+				.andExpect(jsonPath("$.code").value("internal-error"))
+				.andExpect(header().doesNotExist("Set-Cookie"))
+				.andExpect(header().doesNotExist("Location"));
+			assertEquals(0, effects());
+			assertEquals(0, records());
+		}
+	}
+
 	@Test
 	void fingerprintSubsetAndNonJsonReplay() throws Exception {
 		mvc.perform(pay("/subset", "{\"order_id\": \"o-7\", \"note\": \"a\"}", "token-a"))

@@ -70,6 +70,32 @@ public class PaymentController {
 			.body(Map.of("code", "card-declined"));
 	}
 
+	/** Answers a server would not write unchanged, or jsonb could not store unchanged. */
+	@PostMapping("/unsendable/{what}")
+	@Idempotent
+	void unsendable(@RequestHeader("Idempotency-Key") String key, @PathVariable String what,
+		@RequestBody String body, jakarta.servlet.http.HttpServletResponse response) throws java.io.IOException {
+		service.insert(key, body);
+		response.setStatus(201);
+		response.setContentType("application/json");
+		switch (what) {
+			// client text in a Location
+			case "crlf" -> response.setHeader("Location", "/payments/" + body);
+			case "euro-content-type" -> response.setContentType("text/plain; charset=\u20ac");
+			case "header-name" -> response.setHeader("X Bad", "1");
+			case "nul-body" -> {
+				response.getWriter().write("{\"note\": \"a\\u0000b\"}");
+				return;
+			}
+			case "surrogate-body" -> {
+				response.getWriter().write("{\"note\": \"\\ud800\"}");
+				return;
+			}
+			default -> throw new IllegalArgumentException(what);
+		}
+		response.getWriter().write("{}");
+	}
+
 	@PostMapping("/subset")
 	@Idempotent(operation = "subset", fingerprint = {"/order_id"})
 	ResponseEntity<String> subset(@RequestHeader("Idempotency-Key") String key, @RequestBody String body) {
