@@ -162,7 +162,8 @@ public final class IdempotencyEngine {
 				break;
 			case "replay":
 				control.setRollbackOnly();
-				return new IdempotencyResult.Replayed(ResponseEnvelope.decode(status, response, body));
+				return new IdempotencyResult.Replayed(ResponseEnvelope.decode(status, response, body,
+					settings.replayHeaders()));
 			case "in_progress":
 				control.setRollbackOnly();
 				return problem(ProblemCode.IN_PROGRESS, null, null);

@@ -343,6 +343,69 @@ class IdempotencyEngineTest {
 			"SELECT response -> 'body' ->> 's' FROM idem_keys WHERE key = ?", key));
 	}
 
+	/** A completed record whose response is then rewritten by SQL, as any role with UPDATE can. */
+	private void storedAs(String response) {
+		run("acct-a", BODY, insert("acct-a", 201));
+		TestDb.sql("UPDATE idem_keys SET response = ?::jsonb WHERE key = ?", response, key);
+	}
+
+	static final String TAMPERED = "{\"v\": 1, \"headers\": {\"content-type\": \"application/json\", "
+		+ "\"location\": \"/p/1\", \"set-cookie\": \"a=b\", \"content-length\": \"99\", "
+		+ "\"transfer-encoding\": \"chunked\", \"connection\": \"close\", \"x-internal\": \"s\"}, "
+		+ "\"body\": {\"id\": 1}}";
+
+	@Test
+	void replayAppliesTheAllowListAndNeverFramingHeaders() {
+		storedAs(TAMPERED);
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class,
+			run("acct-a", BODY, insert("acct-a", 201))).response();
+		assertEquals(Map.of("content-type", "application/json", "location", "/p/1"), s.headers());
+		assertEquals("{\"id\": 1}", new String(s.body(), StandardCharsets.UTF_8));
+		// allow-listed, set-cookie is replayed; framing and hop-by-hop never
+		engine = new IdempotencyEngine(IdempotencySettings.builder().replayHeaders("content-type", "set-cookie",
+			"content-length", "transfer-encoding", "connection", "x-internal").build(),
+			new JdbcTransactionRunner(TestDb.pool()));
+		s = assertInstanceOf(IdempotencyResult.Replayed.class, run("acct-a", BODY, insert("acct-a", 201)))
+			.response();
+		assertEquals(Map.of("content-type", "application/json", "set-cookie", "a=b", "x-internal", "s"),
+			s.headers());
+		assertEquals(1, calls.get());
+	}
+
+	@org.junit.jupiter.params.ParameterizedTest
+	@org.junit.jupiter.params.provider.ValueSource(strings = {
+		"{\"v\": \"1\", \"body\": {}}",
+		"{\"v\": 2, \"body\": {}}",
+		"{\"v\": null, \"body\": {}}",
+		"{\"v\": 1.5, \"body\": {}}",
+		"{\"v\": 1, \"headers\": [], \"body\": {}}",
+		"{\"v\": 1, \"headers\": \"content-type: text/plain\", \"body\": {}}",
+		"{\"v\": 1, \"headers\": {\"location\": 5}, \"body\": {}}",
+		"{\"v\": 1, \"headers\": {\"location\": \"/p/1\\r\\nSet-Cookie: a=b\"}, \"body\": {}}",
+		"{\"v\": 1, \"headers\": {\"content-type\": \"text/plain; charset=\u20ac\"}, \"body\": {}}",
+		"{\"v\": 1, \"headers\": {\"bad name\": \"x\"}, \"body\": {}}",
+		"{\"v\": 1, \"body\": {}, \"body_base64\": \"AA==\"}",
+		"{\"v\": 1, \"body_base64\": \"AA\"}",
+		"{\"v\": 1, \"body_base64\": \"A!==\"}",
+		"{\"v\": 1, \"body_base64\": 5}"})
+	void unreadableRecordIs500UnsupportedEnvelope(String response) {
+		storedAs(response);
+		Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+		assertEquals(500, p.status());
+		assertEquals(ProblemCode.UNSUPPORTED_ENVELOPE, p.code());
+		assertEquals(1, calls.get());
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void versionOnePointZeroIsOne() {
+		storedAs("{\"v\": 1.0, \"headers\": {\"content-type\": \"text/plain\"}, \"body_base64\": \"b2s=\"}");
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class,
+			run("acct-a", BODY, insert("acct-a", 201))).response();
+		assertArrayEquals("ok".getBytes(StandardCharsets.UTF_8), s.body());
+		assertEquals("text/plain", s.headers().get("content-type"));
+	}
+
 	@Test
 	void retryableStatusesAreASetting() {
 		engine = new IdempotencyEngine(IdempotencySettings.builder().retryableStatuses(StatusSet.parse("402")).build(),

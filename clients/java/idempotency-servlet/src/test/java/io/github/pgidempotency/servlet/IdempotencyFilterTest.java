@@ -381,6 +381,37 @@ class IdempotencyFilterTest {
 		}
 	}
 
+	static void update(String response, String key) throws SQLException {
+		try (Connection c = pool.getConnection();
+			PreparedStatement st = c.prepareStatement("UPDATE idem_keys SET response = ?::jsonb WHERE key = ?")) {
+			st.setString(1, response);
+			st.setString(2, key);
+			assertEquals(1, st.executeUpdate());
+		}
+	}
+
+	/** A record rewritten by SQL: only the allow-list, never framing headers, through a real server. */
+	@Test
+	void replayAppliesTheAllowListAndNeverFramingHeaders() throws Exception {
+		assertEquals(201, pay("/payments", BODY, "token-a").statusCode());
+		update("{\"v\": 1, \"headers\": {\"content-type\": \"application/json\", \"location\": \"/p/1\", "
+			+ "\"set-cookie\": \"a=b\", \"content-length\": \"99\", \"transfer-encoding\": \"chunked\", "
+			+ "\"connection\": \"close\", \"x-request-id\": \"s\"}, \"body\": {\"id\": 1}}", key);
+		HttpResponse<String> r = pay("/payments", BODY, "token-a");
+		assertEquals(201, r.statusCode());
+		assertEquals("true", r.headers().firstValue("Idempotent-Replayed").orElse(null));
+		assertEquals("{\"id\": 1}", r.body());
+		assertEquals("/p/1", r.headers().firstValue("Location").orElse(null));
+		assertEquals(String.valueOf(r.body().length()), r.headers().firstValue("Content-Length").orElse(null));
+		for (String h : new String[] {"Set-Cookie", "Transfer-Encoding", "X-Request-Id"})
+			assertFalse(r.headers().firstValue(h).isPresent(), h);
+		update("{\"v\": 1, \"body_base64\": \"b2s\"}", key);
+		r = pay("/payments", BODY, "token-a");
+		assertEquals(500, r.statusCode());
+		assertTrue(r.body().contains("\"code\":\"unsupported-envelope\""), r.body());
+		assertEquals(1, effects());
+	}
+
 	@Test
 	void pathTemplateIsTheDefaultOperation() throws Exception {
 		assertEquals(201, pay("/orders/17/pay", BODY, "token-a").statusCode());

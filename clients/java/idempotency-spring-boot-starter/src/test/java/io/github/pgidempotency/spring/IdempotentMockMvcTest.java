@@ -229,6 +229,28 @@ class IdempotentMockMvcTest {
 		}
 	}
 
+	/** A record rewritten by SQL: the allow-list applies at replay; an unreadable one is 500. */
+	@Test
+	void replayOnlyWhatIsAllowed() throws Exception {
+		mvc.perform(pay("/payments", BODY, "token-a")).andExpect(status().isCreated());
+		jdbc.update("UPDATE idem_keys SET response = ?::jsonb WHERE key = ?", "{\"v\": 1, \"headers\": "
+			+ "{\"content-type\": \"application/json\", \"set-cookie\": \"a=b\", \"transfer-encoding\": \"chunked\", "
+			+ "\"content-length\": \"99\", \"x-internal\": \"secret\"}, \"body\": {\"id\": 1}}", key);
+		mvc.perform(pay("/payments", BODY, "token-a"))
+			.andExpect(status().isCreated())
+			.andExpect(header().string("Idempotent-Replayed", "true"))
+			.andExpect(header().doesNotExist("Set-Cookie"))
+			.andExpect(header().doesNotExist("Transfer-Encoding"))
+			.andExpect(header().doesNotExist("X-Internal"))
+			.andExpect(header().string("Content-Length", "9"))
+			.andExpect(content().string("{\"id\": 1}"));
+		jdbc.update("UPDATE idem_keys SET response = '{\"v\": \"1\", \"body\": {}}' WHERE key = ?", key);
+		mvc.perform(pay("/payments", BODY, "token-a"))
+			.andExpect(status().isInternalServerError())
+			.andExpect(jsonPath("$.code").value("unsupported-envelope"));
+		assertEquals(1, effects());
+	}
+
 	@Test
 	void fingerprintSubsetAndNonJsonReplay() throws Exception {
 		mvc.perform(pay("/subset", "{\"order_id\": \"o-7\", \"note\": \"a\"}", "token-a"))
