@@ -2,10 +2,7 @@ package io.github.pgidempotency;
 
 import java.lang.System.Logger.Level;
 import java.sql.Connection;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Types;
 import java.time.Duration;
 import java.util.Optional;
 
@@ -13,8 +10,9 @@ import org.postgresql.util.PSQLException;
 import org.postgresql.util.ServerErrorMessage;
 
 /**
- * One idempotent request, as doc/clients.md says: the key parsed, the scope
- * asked for, the fingerprint document built, then in one transaction
+ * One idempotent HTTP request, as doc/clients.md says: the key parsed, the
+ * scope asked for, the fingerprint document built, then, through the one
+ * core runner ({@link KeyRunner}), in one transaction
  * {@code idem_reserve}, the handler (on the same connection), {@code
  * idem_complete} and COMMIT; a handler error or a retryable status rolls
  * back. A {@link RaisedError} (an error the framework resolved to a
@@ -33,15 +31,9 @@ import org.postgresql.util.ServerErrorMessage;
 public final class IdempotencyEngine {
 	private static final System.Logger LOG = System.getLogger(IdempotencyEngine.class.getName());
 
-	static final String RESERVE = "SELECT r.outcome, r.response_status, r.response::text, (r.response -> 'body')::text "
-		+ "FROM idem_reserve(?, ?, ?::jsonb, scope => ?, ttl => ?::interval) AS r";
-	static final String COMPLETE = "SELECT idem_complete(?, ?, ?::jsonb, ?, scope => ?)";
-
-	/** SQLSTATE in_failed_sql_transaction: an earlier statement's error aborted it */
-	private static final String IN_FAILED_TRANSACTION = "25P02";
-
 	private final IdempotencySettings settings;
-	private final TransactionRunner runner;
+	private final KeyRunner keys;
+	private final KeyRunner.Policy policy;
 
 	/**
 	 * An engine.
@@ -51,7 +43,9 @@ public final class IdempotencyEngine {
 	 */
 	public IdempotencyEngine(IdempotencySettings settings, TransactionRunner runner) {
 		this.settings = java.util.Objects.requireNonNull(settings);
-		this.runner = java.util.Objects.requireNonNull(runner);
+		this.keys = new KeyRunner(runner);
+		this.policy = new KeyRunner.Policy(status -> settings.retryableStatuses().contains(status),
+			settings::isFinalError);
 	}
 
 	/** @return the settings */
@@ -126,102 +120,45 @@ public final class IdempotencyEngine {
 			String document = RequestDocument.build(request.method(), request.path(), request.contentType(),
 				request.body(), route.fingerprint());
 			Duration ttl = route.ttl() != null ? route.ttl() : settings.ttl();
-			return runner.inTransaction((c, control) -> run(c, control, operation, key.get(), principal,
-				document, ttl, handler));
+			KeyRunner.Result result = keys.run(new KeyRunner.Call(operation, key.get(), principal, document, ttl),
+				policy, c -> {
+					try {
+						return new HttpCompletion(handler.handle(c));
+					} catch (RaisedError e) {
+						throw new KeyRunner.Raised(e.getCause(), new HttpCompletion(e.resolved()));
+					}
+				});
+			if (result instanceof KeyRunner.Replay r)
+				return new IdempotencyResult.Replayed(ResponseEnvelope.decode(r.status(), r.response(), r.body(),
+					settings.replayHeaders()));
+			KeyRunner.New n = (KeyRunner.New) result;
+			return new IdempotencyResult.Handled(((HttpCompletion) n.completion()).response, n.completed());
 		} catch (Exception e) {
 			return refuse(e);
 		}
 	}
 
-	/** The transaction's work: reserve, then handle and complete, or answer. */
-	private IdempotencyResult run(Connection c, TransactionRunner.Control control, String operation, String key,
-		String scope, String document, Duration ttl, Handler handler) throws Exception {
-		String outcome;
-		int status;
-		String response;
-		String body;
-		try (PreparedStatement st = c.prepareStatement(RESERVE)) {
-			st.setString(1, operation);
-			st.setString(2, key);
-			st.setString(3, document);
-			st.setString(4, scope);
-			if (ttl == null)
-				st.setNull(5, Types.VARCHAR);
-			else
-				st.setString(5, interval(ttl));
-			try (ResultSet rs = st.executeQuery()) {
-				rs.next();
-				outcome = rs.getString(1);
-				status = rs.getInt(2);
-				response = rs.getString(3);
-				body = rs.getString(4);
-			}
-		}
-		switch (outcome) {
-			case "new":
-				break;
-			case "replay":
-				control.setRollbackOnly();
-				return new IdempotencyResult.Replayed(ResponseEnvelope.decode(status, response, body,
-					settings.replayHeaders()));
-			case "in_progress":
-				control.setRollbackOnly();
-				return problem(ProblemCode.IN_PROGRESS, null, null);
-			case "stuck":
-				control.setRollbackOnly();
-				return problem(ProblemCode.STUCK, null, null);
-			case "mismatch":
-				control.setRollbackOnly();
-				return problem(ProblemCode.MISMATCH, null, null);
-			default:
-				throw new IllegalStateException("idem_reserve returned the unknown outcome \"" + outcome + "\"");
+	/**
+	 * A handler's response as the runner's completion: checked (only what can
+	 * be sent is committed) and encoded as the envelope only when completed.
+	 */
+	private final class HttpCompletion implements KeyRunner.Completion {
+		final CapturedResponse response;
+
+		HttpCompletion(CapturedResponse response) {
+			this.response = response;
 		}
 
-		CapturedResponse answer;
-		boolean raised = false;
-		try {
-			answer = handler.handle(c);
-		} catch (RaisedError e) {
-			// rolled back whatever status it was resolved to, unless final;
-			// a final one whose transaction can no longer commit too
-			answer = e.resolved();
-			raised = true;
-			if (!settings.isFinalError(e.getCause()) || control.isRollbackOnly()) {
-				control.setRollbackOnly();
-				return new IdempotencyResult.Handled(answer, false);
-			}
+		@Override
+		public int status() {
+			return response.status();
 		}
-		if (settings.retryableStatuses().contains(answer.status())) {
-			control.setRollbackOnly();
-			return new IdempotencyResult.Handled(answer, false);
+
+		@Override
+		public String response() {
+			SendableResponse.check(response);
+			return ResponseEnvelope.encode(response, settings.replayHeaders());
 		}
-		// only what can be sent is committed (thrown: rolled back, 500)
-		SendableResponse.check(answer);
-		String envelope = ResponseEnvelope.encode(answer, settings.replayHeaders());
-		try (PreparedStatement st = c.prepareStatement(COMPLETE)) {
-			st.setString(1, operation);
-			st.setString(2, key);
-			st.setString(3, envelope);
-			st.setInt(4, answer.status());
-			st.setString(5, scope);
-			st.execute();
-		} catch (SQLException e) {
-			// a final error raised from SQL that aborted the transaction
-			if (raised && IN_FAILED_TRANSACTION.equals(e.getSQLState())) {
-				control.setRollbackOnly();
-				return new IdempotencyResult.Handled(answer, false);
-			}
-			// the server could not read the envelope: the handler's answer,
-			// not the request, is at fault (500, not 400 invalid-request)
-			if (e.getSQLState() != null && e.getSQLState().startsWith("22")) {
-				UnsendableResponseException u = new UnsendableResponseException(
-					"the server could not store the response: SQLSTATE " + e.getSQLState());
-				u.addSuppressed(e);
-				throw u;
-			}
-			throw e;
-		}
-		return new IdempotencyResult.Handled(answer, true);
 	}
 
 	/** The answer for a failure: the mapping's row for its case. */
@@ -265,10 +202,5 @@ public final class IdempotencyEngine {
 				return m.getMessage();
 		}
 		return e.getMessage();
-	}
-
-	/** A ttl as PostgreSQL interval input. */
-	static String interval(Duration ttl) {
-		return ttl.getSeconds() + "." + String.format("%09d", ttl.getNano()) + " seconds";
 	}
 }

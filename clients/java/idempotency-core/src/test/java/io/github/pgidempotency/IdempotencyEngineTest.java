@@ -139,7 +139,7 @@ class IdempotencyEngineTest {
 	void inProgressIs409WithRetryAfter() throws SQLException {
 		try (Connection other = TestDb.pool().getConnection()) {
 			other.setAutoCommit(false);
-			try (PreparedStatement st = other.prepareStatement(IdempotencyEngine.RESERVE)) {
+			try (PreparedStatement st = other.prepareStatement(KeyRunner.RESERVE)) {
 				st.setString(1, "create-payment");
 				st.setString(2, key);
 				st.setString(3, RequestDocument.build("POST", "/payments", "application/json",
