@@ -171,6 +171,9 @@ public final class IdempotencyEngine {
 		}
 		SQLException sql = sqlException(e);
 		ProblemCode code = settings.mapping().forSqlState(sql == null ? null : sql.getSQLState());
+		// a pool that has no connection in time (HikariCP's, without a state of its own)
+		if (code == ProblemCode.INTERNAL_ERROR && sql instanceof java.sql.SQLTransientConnectionException)
+			code = ProblemCode.UNAVAILABLE;
 		String detail = null;
 		if (code == ProblemCode.INVALID_REQUEST)
 			detail = serverMessage(sql);

@@ -34,6 +34,12 @@ public enum ProblemCode {
 	/** SQLSTATE 40001 or 40P01: a serialization failure or a deadlock. */
 	RETRY("retry", "Retry the request",
 		"The request conflicted with another one and was rolled back; retry it."),
+	/**
+	 * The database cannot be reached: connection refused or lost (SQLSTATE
+	 * class 08, 57P01 to 57P03), or no pooled connection in time.
+	 */
+	UNAVAILABLE("unavailable", "Database unavailable",
+		"The database cannot be reached at the moment; retry later."),
 	/** A stored envelope of a version this library does not know. */
 	UNSUPPORTED_ENVELOPE("unsupported-envelope", "Unsupported response envelope",
 		"The stored response was written by a newer version of the library."),

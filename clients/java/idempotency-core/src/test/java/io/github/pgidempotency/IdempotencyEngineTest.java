@@ -407,6 +407,59 @@ class IdempotencyEngineTest {
 	}
 
 	@Test
+	void databaseRefusingConnectionsIs503Unavailable() {
+		com.zaxxer.hikari.HikariConfig c = new com.zaxxer.hikari.HikariConfig();
+		// nothing listens on port 1
+		c.setJdbcUrl("jdbc:postgresql://127.0.0.1:1/none?connectTimeout=1");
+		c.setConnectionTimeout(250);
+		c.setInitializationFailTimeout(-1);
+		try (HikariDataSource none = new HikariDataSource(c)) {
+			engine = new IdempotencyEngine(IdempotencySettings.defaults(), new JdbcTransactionRunner(none));
+			Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+			assertEquals(503, p.status());
+			assertEquals(ProblemCode.UNAVAILABLE, p.code());
+			assertEquals(1, p.retryAfter());
+			assertEquals(0, calls.get());
+		}
+		org.postgresql.ds.PGSimpleDataSource plain = new org.postgresql.ds.PGSimpleDataSource();
+		plain.setURL("jdbc:postgresql://127.0.0.1:1/none");
+		engine = new IdempotencyEngine(IdempotencySettings.defaults(), new JdbcTransactionRunner(plain));
+		assertEquals(ProblemCode.UNAVAILABLE, problem(run("acct-a", BODY, insert("acct-a", 201))).code());
+	}
+
+	@Test
+	void connectionLostBeforeCommitIs503UnavailableAndRolledBack() {
+		Problem p = problem(run("acct-a", BODY, c -> {
+			insert("acct-a", 201).handle(c);
+			// the server ends this session, as a restart would
+			try (PreparedStatement st = c.prepareStatement("SELECT pg_terminate_backend(pg_backend_pid())")) {
+				st.execute();
+			}
+			return new CapturedResponse(201, Map.of(), null);
+		}));
+		assertEquals(503, p.status());
+		assertEquals(ProblemCode.UNAVAILABLE, p.code());
+		assertEquals(1, p.retryAfter());
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		// the retry runs again, on a connection that works
+		assertTrue(assertInstanceOf(IdempotencyResult.Handled.class, run("acct-a", BODY, insert("acct-a", 201)))
+			.completed());
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void nulOrOverLongPrincipalIs400() {
+		for (String scope : new String[] {"a\u0000b", "s".repeat(256)}) {
+			Problem p = problem(run(scope, BODY, insert(scope, 201)));
+			assertEquals(400, p.status(), scope.length() + " " + p.code());
+			assertEquals(ProblemCode.INVALID_REQUEST, p.code());
+		}
+		assertEquals(0, calls.get());
+		assertEquals(0, records());
+	}
+
+	@Test
 	void retryableStatusesAreASetting() {
 		engine = new IdempotencyEngine(IdempotencySettings.builder().retryableStatuses(StatusSet.parse("402")).build(),
 			new JdbcTransactionRunner(TestDb.pool()));

@@ -9,6 +9,7 @@ import io.github.pgidempotency.TransactionRunner;
 import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.jdbc.datasource.DataSourceUtils;
 import org.springframework.transaction.PlatformTransactionManager;
+import org.springframework.transaction.TransactionSystemException;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 import org.springframework.transaction.support.TransactionTemplate;
 
@@ -67,6 +68,18 @@ public final class SpringTransactionRunner implements TransactionRunner {
 			});
 		} catch (Checked e) {
 			throw (Exception) e.getCause();
+		} catch (TransactionSystemException e) {
+			// the rollback after the work's error failed too (the connection
+			// was lost): the work's error is the one that says what happened
+			Throwable raised = e.getApplicationException();
+			if (raised == null)
+				throw e;
+			if (raised instanceof Checked)
+				raised = raised.getCause();
+			raised.addSuppressed(e);
+			if (raised instanceof Exception ex)
+				throw ex;
+			throw (Error) raised;
 		}
 	}
 

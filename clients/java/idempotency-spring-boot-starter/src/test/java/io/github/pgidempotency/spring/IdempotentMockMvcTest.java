@@ -193,6 +193,19 @@ class IdempotentMockMvcTest {
 	}
 
 	@Test
+	void connectionLostBeforeCommitIs503Unavailable() throws Exception {
+		for (int attempt = 0; attempt < 2; attempt++)
+			mvc.perform(pay("/payments/terminated", BODY, "token-a"))
+				.andExpect(status().isServiceUnavailable())
+				.andExpect(header().string("Retry-After", "1"))
+				.andExpect(jsonPath("$.code").value("unavailable"));
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		// and the pool serves the next request
+		mvc.perform(pay("/payments", BODY, "token-a")).andExpect(status().isCreated());
+	}
+
+	@Test
 	void retryableStatusRollsBack() throws Exception {
 		mvc.perform(pay("/payments/unavailable", BODY, "token-a"))
 			.andExpect(status().isServiceUnavailable()).andExpect(content().string("later"));

@@ -54,6 +54,15 @@ public class PaymentController {
 		return ResponseEntity.ok("unreachable");
 	}
 
+	/** The database ends the session before COMMIT, as a restart would. */
+	@PostMapping("/payments/terminated")
+	@Idempotent
+	ResponseEntity<String> terminated(@RequestHeader("Idempotency-Key") String key, @RequestBody String body) {
+		service.insert(key, body);
+		jdbc.queryForObject("SELECT pg_terminate_backend(pg_backend_pid())", Boolean.class);
+		return ResponseEntity.ok("unreachable");
+	}
+
 	@PostMapping("/payments/unavailable")
 	@Idempotent
 	ResponseEntity<String> unavailable(@RequestHeader("Idempotency-Key") String key, @RequestBody String body) {
