@@ -45,7 +45,7 @@ public final class IdempotencyEngine {
 		this.settings = java.util.Objects.requireNonNull(settings);
 		this.keys = new KeyRunner(runner);
 		this.policy = new KeyRunner.Policy(status -> settings.retryableStatuses().contains(status),
-			settings::isFinalError);
+			settings::isFinalError, settings.timeLimit());
 	}
 
 	/** @return the settings */

@@ -29,6 +29,7 @@ public final class IdempotencySettings {
 	private final ProblemMapping mapping;
 	private final int retryAfterSeconds;
 	private final Predicate<Throwable> finalErrors;
+	private final Duration timeLimit;
 
 	private IdempotencySettings(Builder b) {
 		this.ttl = checkTtl(b.ttl);
@@ -40,6 +41,9 @@ public final class IdempotencySettings {
 			throw new IllegalArgumentException("retry-after must be 0 seconds or more");
 		this.retryAfterSeconds = b.retryAfterSeconds;
 		this.finalErrors = b.finalErrors;
+		if (b.timeLimit != null && (b.timeLimit.isNegative() || b.timeLimit.isZero()))
+			throw new IllegalArgumentException("time-limit must be positive, not " + b.timeLimit);
+		this.timeLimit = b.timeLimit;
 	}
 
 	/** @return the defaults */
@@ -63,6 +67,7 @@ public final class IdempotencySettings {
 		b.mapping = mapping;
 		b.retryAfterSeconds = retryAfterSeconds;
 		b.finalErrors = finalErrors;
+		b.timeLimit = timeLimit;
 		return b;
 	}
 
@@ -107,6 +112,11 @@ public final class IdempotencySettings {
 		return error != null && finalErrors.test(error);
 	}
 
+	/** @return how long the key's transaction may run, or {@code null} for no limit */
+	public Duration timeLimit() {
+		return timeLimit;
+	}
+
 	/** A ttl must be positive; null is the server's default. */
 	static Duration checkTtl(Duration ttl) {
 		if (ttl != null && (ttl.isNegative() || ttl.isZero()))
@@ -123,6 +133,7 @@ public final class IdempotencySettings {
 		private ProblemMapping mapping = ProblemMapping.defaults();
 		private int retryAfterSeconds = 1;
 		private Predicate<Throwable> finalErrors = error -> false;
+		private Duration timeLimit;
 
 		private Builder() {
 		}
@@ -246,6 +257,20 @@ public final class IdempotencySettings {
 			java.util.Objects.requireNonNull(predicate);
 			Predicate<Throwable> before = finalErrors;
 			finalErrors = error -> before.test(error) || predicate.test(error);
+			return this;
+		}
+
+		/**
+		 * How long the key's transaction may run: past it the library ends
+		 * its connection, so the server rolls it back and frees the key (a
+		 * hung handler cannot hold it past {@code idempotency.processing_timeout}),
+		 * and answers 503 {@code time-limit}.
+		 *
+		 * @param timeLimit a positive duration, or {@code null} for none (the default)
+		 * @return this builder
+		 */
+		public Builder timeLimit(Duration timeLimit) {
+			this.timeLimit = timeLimit;
 			return this;
 		}
 

@@ -107,13 +107,17 @@ public final class KeyRunner {
 	}
 
 	/**
-	 * Which completions roll back, and which raised errors complete.
+	 * Which completions roll back, which raised errors complete, and how long
+	 * the key's transaction may run.
 	 *
 	 * @param retryable statuses whose completion is rolled back instead of completed
 	 * @param finalError raised errors ({@link Raised}'s cause) completed instead of rolled back
+	 * @param timeLimit how long the transaction may run before the runner ends
+	 *        its connection (the server rolls back and frees the key) and
+	 *        raises {@link KeyTimeLimitException}; {@code null} for no limit
 	 */
-	public record Policy(IntPredicate retryable, Predicate<Throwable> finalError) {
-		/** Nothing retryable, no error final. */
+	public record Policy(IntPredicate retryable, Predicate<Throwable> finalError, Duration timeLimit) {
+		/** Nothing retryable, no error final, no time limit. */
 		public static final Policy DEFAULT = new Policy(status -> false, error -> false);
 
 		/**
@@ -121,16 +125,29 @@ public final class KeyRunner {
 		 *
 		 * @param retryable the retryable statuses
 		 * @param finalError the final errors
+		 * @param timeLimit the time limit, or {@code null}
 		 */
 		public Policy {
 			Objects.requireNonNull(retryable);
 			Objects.requireNonNull(finalError);
+			if (timeLimit != null && (timeLimit.isNegative() || timeLimit.isZero()))
+				throw new IllegalArgumentException("a time limit must be positive, not " + timeLimit);
+		}
+
+		/**
+		 * A policy without a time limit.
+		 *
+		 * @param retryable the retryable statuses
+		 * @param finalError the final errors
+		 */
+		public Policy(IntPredicate retryable, Predicate<Throwable> finalError) {
+			this(retryable, finalError, null);
 		}
 	}
 
 	/** The function, run in the key's transaction. */
 	@FunctionalInterface
-	public interface Work{
+	public interface Work {
 		/**
 		 * Runs.
 		 *
@@ -214,7 +231,84 @@ public final class KeyRunner {
 	 * @throws Exception any other error, after ROLLBACK, as it was raised
 	 */
 	public Result run(Call call, Policy policy, Work work) throws Exception {
-		return transactions.inTransaction((c, control) -> inTransaction(c, control, call, policy, work));
+		Deadline deadline = new Deadline();
+		try {
+			return transactions.inTransaction((c, control) -> {
+				deadline.arm(c, policy.timeLimit());
+				Result r = inTransaction(c, control, call, policy, work);
+				// no abort once the runner commits and the pool has the connection back
+				if (!deadline.disarm())
+					throw new KeyTimeLimitException();
+				return r;
+			});
+		} catch (Exception e) {
+			if (deadline.disarm() || e instanceof KeyTimeLimitException)
+				throw e;
+			KeyTimeLimitException t = new KeyTimeLimitException();
+			t.addSuppressed(e);
+			throw t;
+		}
+	}
+
+	/** The time limit of one transaction: its connection aborted when it passes. */
+	private static final class Deadline {
+		private static final int IDLE = 0;
+		private static final int ARMED = 1;
+		private static final int FIRED = 2;
+		private static final int DONE = 3;
+
+		private final java.util.concurrent.atomic.AtomicInteger state =
+			new java.util.concurrent.atomic.AtomicInteger(IDLE);
+		private java.util.concurrent.ScheduledFuture<?> timer;
+
+		void arm(Connection c, Duration limit) {
+			if (limit == null)
+				return;
+			state.set(ARMED);
+			timer = TIMER.schedule(() -> {
+				if (state.compareAndSet(ARMED, FIRED)) {
+					try {
+						// a statement running on the server first (it would not see the
+						// socket close until it ends), then the socket: the server
+						// rolls back and frees the key
+						if (c.isWrapperFor(org.postgresql.core.BaseConnection.class))
+							c.unwrap(org.postgresql.core.BaseConnection.class).cancelQuery();
+					} catch (SQLException | RuntimeException e) {
+						LOG.log(System.Logger.Level.WARNING, "could not cancel a statement past its time limit", e);
+					}
+					try {
+						c.abort(Runnable::run);
+					} catch (SQLException | RuntimeException e) {
+						LOG.log(System.Logger.Level.WARNING, "could not abort a transaction past its time limit", e);
+					}
+				}
+			}, limit.toNanos(), java.util.concurrent.TimeUnit.NANOSECONDS);
+		}
+
+		/** @return false where the limit passed (the connection was aborted) */
+		boolean disarm() {
+			if (state.get() == FIRED)
+				return false;
+			if (state.compareAndSet(ARMED, DONE))
+				timer.cancel(false);
+			return state.get() != FIRED;
+		}
+	}
+
+	private static final System.Logger LOG = System.getLogger(KeyRunner.class.getName());
+
+	/** The timer of every runner's time limits: one daemon thread. */
+	private static final java.util.concurrent.ScheduledThreadPoolExecutor TIMER = timer();
+
+	private static java.util.concurrent.ScheduledThreadPoolExecutor timer() {
+		java.util.concurrent.ScheduledThreadPoolExecutor t = new java.util.concurrent.ScheduledThreadPoolExecutor(1,
+			r -> {
+				Thread th = new Thread(r, "idempotency-time-limit");
+				th.setDaemon(true);
+				return th;
+			});
+		t.setRemoveOnCancelPolicy(true);
+		return t;
 	}
 
 	private Result inTransaction(Connection c, TransactionRunner.Control control, Call call,

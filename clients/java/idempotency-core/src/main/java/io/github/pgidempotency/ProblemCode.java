@@ -40,6 +40,9 @@ public enum ProblemCode {
 	 */
 	UNAVAILABLE("unavailable", "Database unavailable",
 		"The database cannot be reached at the moment; retry later."),
+	/** The key's transaction ran past the time limit: rolled back, the key freed. */
+	TIME_LIMIT("time-limit", "Request took too long",
+		"The request ran past its time limit and nothing of it was kept; retry it."),
 	/** A stored envelope of a version this library does not know. */
 	UNSUPPORTED_ENVELOPE("unsupported-envelope", "Unsupported response envelope",
 		"The stored response was written by a newer version of the library."),

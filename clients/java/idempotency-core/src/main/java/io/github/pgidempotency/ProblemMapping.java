@@ -48,6 +48,7 @@ public final class ProblemMapping {
 		.entry(ProblemCode.READ_ONLY, 503, true)
 		.entry(ProblemCode.RETRY, 503, true)
 		.entry(ProblemCode.UNAVAILABLE, 503, true)
+		.entry(ProblemCode.TIME_LIMIT, 503, true)
 		.entry(ProblemCode.UNSUPPORTED_ENVELOPE, 500, false)
 		.entry(ProblemCode.INTERNAL_ERROR, 500, false)
 		.sqlState("22023", ProblemCode.INVALID_REQUEST)

@@ -428,6 +428,25 @@ class IdempotencyEngineTest {
 	}
 
 	@Test
+	void noPooledConnectionInTimeIs503Unavailable() throws SQLException {
+		com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+		config.setJdbcUrl(TestDb.URL);
+		config.setMaximumPoolSize(1);
+		config.setConnectionTimeout(250);
+		try (HikariDataSource one = new HikariDataSource(config)) {
+			engine = new IdempotencyEngine(IdempotencySettings.defaults(), new JdbcTransactionRunner(one));
+			try (Connection held = one.getConnection()) {
+				assertTrue(held.isValid(1));
+				Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+				assertEquals(503, p.status());
+				assertEquals(ProblemCode.UNAVAILABLE, p.code());
+				assertEquals(1, p.retryAfter());
+			}
+			assertEquals(0, calls.get());
+		}
+	}
+
+	@Test
 	void connectionLostBeforeCommitIs503UnavailableAndRolledBack() {
 		Problem p = problem(run("acct-a", BODY, c -> {
 			insert("acct-a", 201).handle(c);
@@ -457,6 +476,47 @@ class IdempotencyEngineTest {
 		}
 		assertEquals(0, calls.get());
 		assertEquals(0, records());
+	}
+
+	@Test
+	void handlerPastTheTimeLimitIsRolledBackAndFreesTheKeyAtTheLimit() throws InterruptedException {
+		engine = new IdempotencyEngine(IdempotencySettings.builder().timeLimit(Duration.ofMillis(500)).build(),
+			new JdbcTransactionRunner(TestDb.pool()));
+		long[] recordsWhileHung = {-1};
+		long start = System.nanoTime();
+		// hung outside SQL: the key is freed at the limit, while the handler still runs
+		Problem p = problem(run("acct-a", BODY, c -> {
+			insert("acct-a", 201).handle(c);
+			Thread.sleep(2000);
+			recordsWhileHung[0] = records();
+			return new CapturedResponse(201, Map.of(), null);
+		}));
+		assertEquals(503, p.status());
+		assertEquals(ProblemCode.TIME_LIMIT, p.code());
+		assertEquals(1, p.retryAfter());
+		assertEquals(0, recordsWhileHung[0]);
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		// hung in SQL: answered at the limit
+		start = System.nanoTime();
+		p = problem(run("acct-a", BODY, c -> {
+			insert("acct-a", 201).handle(c);
+			try (PreparedStatement st = c.prepareStatement("SELECT pg_sleep(10)")) {
+				st.execute();
+			}
+			return new CapturedResponse(201, Map.of(), null);
+		}));
+		assertEquals(ProblemCode.TIME_LIMIT, p.code());
+		// its server session ends at once (the statement cancelled), not after pg_sleep's 10 s
+		for (int i = 0; i < 50 && TestDb.count("SELECT count(*) FROM pg_stat_activity "
+			+ "WHERE query = 'SELECT pg_sleep(10)'") > 0; i++)
+			Thread.sleep(100);
+		assertTrue(Duration.ofNanos(System.nanoTime() - start).toMillis() < 8000);
+		assertEquals(0, records());
+		// within the limit: completed, on a working connection
+		assertTrue(assertInstanceOf(IdempotencyResult.Handled.class, run("acct-a", BODY, insert("acct-a", 201)))
+			.completed());
+		assertEquals(1, effects());
 	}
 
 	@Test

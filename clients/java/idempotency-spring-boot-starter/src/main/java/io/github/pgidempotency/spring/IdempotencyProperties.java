@@ -50,6 +50,13 @@ public class IdempotencyProperties {
 	 */
 	private List<String> finalErrors = new ArrayList<>();
 
+	/**
+	 * How long the key's transaction may run: past it its connection is ended
+	 * (the server rolls back and frees the key) and the answer is 503
+	 * time-limit; unset: no limit.
+	 */
+	private Duration timeLimit;
+
 	/** The Retry-After seconds of the cases that have one. */
 	private int retryAfter = 1;
 
@@ -127,7 +134,8 @@ public class IdempotencyProperties {
 			.retryableStatuses(StatusSet.parse(retryableStatuses))
 			.retryAfterSeconds(retryAfter)
 			.mapping(m.build())
-			.finalErrors(errorTypes(finalErrors));
+			.finalErrors(errorTypes(finalErrors))
+			.timeLimit(timeLimit);
 	}
 
 	/** The classes of idempotency.final-errors. */
@@ -195,6 +203,16 @@ public class IdempotencyProperties {
 	/** @param retryableStatuses the retryable statuses */
 	public void setRetryableStatuses(List<String> retryableStatuses) {
 		this.retryableStatuses = retryableStatuses;
+	}
+
+	/** @return the time limit, or null */
+	public Duration getTimeLimit() {
+		return timeLimit;
+	}
+
+	/** @param timeLimit the time limit */
+	public void setTimeLimit(Duration timeLimit) {
+		this.timeLimit = timeLimit;
 	}
 
 	/** @return the final errors' class names */

@@ -33,7 +33,8 @@ import org.springframework.test.web.servlet.request.MockHttpServletRequestBuilde
  * real extension, counting rows, records and handler runs.
  */
 @SpringBootTest(classes = TestApplication.class,
-	properties = "idempotency.final-errors=io.github.pgidempotency.spring.app.RaisingController$FinalRefused")
+	properties = {"idempotency.final-errors=io.github.pgidempotency.spring.app.RaisingController$FinalRefused",
+		"idempotency.time-limit=1s"})
 @AutoConfigureMockMvc
 class RaisedErrorMockMvcTest {
 	static final String BODY = "{\"order_id\": \"o-1\", \"amount\": 100}";
@@ -151,6 +152,20 @@ class RaisedErrorMockMvcTest {
 			assertEquals(0, records());
 			assertEquals(attempt, calls());
 		}
+	}
+
+	/** idempotency.time-limit (in this test's context): rolled back, the key freed, 503. */
+	@Test
+	void handlerPastTheTimeLimitIs503() throws Exception {
+		mvc.perform(post("/payments/hung").contentType(MediaType.APPLICATION_JSON).content(BODY)
+				.header("Idempotency-Key", key).header("Authorization", "Bearer token-a"))
+			.andExpect(status().isServiceUnavailable())
+			.andExpect(header().string("Retry-After", "1"))
+			.andExpect(jsonPath("$.code").value("time-limit"));
+		assertEquals(0, jdbc.queryForObject("SELECT count(*) FROM spring_effects WHERE k = ?", Long.class, key));
+		assertEquals(0, records());
+		// the pool serves the next request
+		mvc.perform(raise("none")).andExpect(status().isOk());
 	}
 
 	@Test

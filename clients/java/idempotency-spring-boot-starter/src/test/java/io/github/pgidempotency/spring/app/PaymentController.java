@@ -54,6 +54,16 @@ public class PaymentController {
 		return ResponseEntity.ok("unreachable");
 	}
 
+	/** A handler that hangs after its INSERT. */
+	@PostMapping("/payments/hung")
+	@Idempotent
+	ResponseEntity<String> hung(@RequestHeader("Idempotency-Key") String key, @RequestBody String body)
+		throws InterruptedException {
+		service.insert(key, body);
+		Thread.sleep(2500);
+		return ResponseEntity.ok("late");
+	}
+
 	/** The database ends the session before COMMIT, as a restart would. */
 	@PostMapping("/payments/terminated")
 	@Idempotent
