@@ -157,7 +157,12 @@ public final class IdempotencyEngine {
 		@Override
 		public String response() {
 			SendableResponse.check(response);
-			return ResponseEnvelope.encode(response, settings.replayHeaders());
+			String envelope = ResponseEnvelope.encode(response, settings.replayHeaders());
+			// ASCII: a character is a byte
+			if (envelope.length() > settings.maxStoredResponse())
+				throw new UnsendableResponseException("the response is " + envelope.length()
+					+ " bytes stored, over the limit of " + settings.maxStoredResponse());
+			return envelope;
 		}
 	}
 

@@ -30,6 +30,8 @@ public final class IdempotencySettings {
 	private final int retryAfterSeconds;
 	private final Predicate<Throwable> finalErrors;
 	private final Duration timeLimit;
+	private final long maxRequestBody;
+	private final long maxStoredResponse;
 
 	private IdempotencySettings(Builder b) {
 		this.ttl = checkTtl(b.ttl);
@@ -44,6 +46,10 @@ public final class IdempotencySettings {
 		if (b.timeLimit != null && (b.timeLimit.isNegative() || b.timeLimit.isZero()))
 			throw new IllegalArgumentException("time-limit must be positive, not " + b.timeLimit);
 		this.timeLimit = b.timeLimit;
+		if (b.maxRequestBody < 0 || b.maxStoredResponse < 0)
+			throw new IllegalArgumentException("a size limit must be 0 bytes or more");
+		this.maxRequestBody = b.maxRequestBody;
+		this.maxStoredResponse = b.maxStoredResponse;
 	}
 
 	/** @return the defaults */
@@ -68,6 +74,8 @@ public final class IdempotencySettings {
 		b.retryAfterSeconds = retryAfterSeconds;
 		b.finalErrors = finalErrors;
 		b.timeLimit = timeLimit;
+		b.maxRequestBody = maxRequestBody;
+		b.maxStoredResponse = maxStoredResponse;
 		return b;
 	}
 
@@ -117,6 +125,19 @@ public final class IdempotencySettings {
 		return timeLimit;
 	}
 
+	/** @return the largest request body taken, in bytes (over it: 413 {@code payload-too-large}) */
+	public long maxRequestBody() {
+		return maxRequestBody;
+	}
+
+	/**
+	 * @return the largest stored response (the envelope), in bytes, over which
+	 *         the request is rolled back (500); {@link Long#MAX_VALUE} for no limit
+	 */
+	public long maxStoredResponse() {
+		return maxStoredResponse;
+	}
+
 	/** A ttl must be positive; null is the server's default. */
 	static Duration checkTtl(Duration ttl) {
 		if (ttl != null && (ttl.isNegative() || ttl.isZero()))
@@ -134,6 +155,8 @@ public final class IdempotencySettings {
 		private int retryAfterSeconds = 1;
 		private Predicate<Throwable> finalErrors = error -> false;
 		private Duration timeLimit;
+		private long maxRequestBody = 1024 * 1024;
+		private long maxStoredResponse = Long.MAX_VALUE;
 
 		private Builder() {
 		}
@@ -271,6 +294,31 @@ public final class IdempotencySettings {
 		 */
 		public Builder timeLimit(Duration timeLimit) {
 			this.timeLimit = timeLimit;
+			return this;
+		}
+
+		/**
+		 * The largest request body an idempotent route takes: a larger one is
+		 * 413 {@code payload-too-large}, before anything is reserved and
+		 * without reading it whole.
+		 *
+		 * @param bytes 0 or more (default 1 MiB)
+		 * @return this builder
+		 */
+		public Builder maxRequestBody(long bytes) {
+			this.maxRequestBody = bytes;
+			return this;
+		}
+
+		/**
+		 * The largest response stored (its envelope, in bytes): a larger one is
+		 * rolled back and answered 500 {@code internal-error}, before COMMIT.
+		 *
+		 * @param bytes 0 or more (default: no limit)
+		 * @return this builder
+		 */
+		public Builder maxStoredResponse(long bytes) {
+			this.maxStoredResponse = bytes;
 			return this;
 		}
 

@@ -19,6 +19,9 @@ public enum ProblemCode {
 	/** SQLSTATE 22023 (a bad argument), or a fingerprint subset on a non-JSON body. */
 	INVALID_REQUEST("invalid-request", "Invalid request",
 		"The request was refused as invalid."),
+	/** A request body over the library's limit ({@link IdempotencySettings#maxRequestBody()}). */
+	PAYLOAD_TOO_LARGE("payload-too-large", "Payload too large",
+		"The request body is over the limit this service takes."),
 	/** Outcome {@code in_progress} (SQLSTATE ID003). */
 	IN_PROGRESS("in-progress", "Request in progress",
 		"A request with this Idempotency-Key is still being processed."),

@@ -42,6 +42,7 @@ public final class ProblemMapping {
 		.entry(ProblemCode.INVALID_KEY, 400, false)
 		.entry(ProblemCode.UNAUTHENTICATED, 401, false)
 		.entry(ProblemCode.INVALID_REQUEST, 400, false)
+		.entry(ProblemCode.PAYLOAD_TOO_LARGE, 413, false)
 		.entry(ProblemCode.IN_PROGRESS, 409, true)
 		.entry(ProblemCode.STUCK, 409, true)
 		.entry(ProblemCode.MISMATCH, 422, false)

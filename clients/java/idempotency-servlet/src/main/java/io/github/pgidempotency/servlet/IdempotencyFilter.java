@@ -16,6 +16,7 @@ import io.github.pgidempotency.IdempotencySettings;
 import io.github.pgidempotency.IncomingRequest;
 import io.github.pgidempotency.JdbcTransactionRunner;
 import io.github.pgidempotency.Problem;
+import io.github.pgidempotency.ProblemCode;
 import io.github.pgidempotency.RaisedError;
 import io.github.pgidempotency.Route;
 import io.github.pgidempotency.StoredResponse;
@@ -134,7 +135,14 @@ public final class IdempotencyFilter implements Filter {
 			chain.doFilter(req, res);
 			return;
 		}
-		byte[] body = request.getInputStream().readAllBytes();
+		long limit = engine.settings().maxRequestBody();
+		byte[] body = request.getContentLengthLong() > limit ? null : readAtMost(request, limit);
+		if (body == null) {
+			// before anything is reserved, and without reading it whole
+			write(new IdempotencyResult.Refused(engine.settings().mapping().problem(ProblemCode.PAYLOAD_TOO_LARGE,
+				null, engine.settings().retryAfterSeconds()), null), response, null);
+			return;
+		}
 		CachedBodyRequest wrapped = new CachedBodyRequest(request, body);
 		IncomingRequest incoming = new IncomingRequest(request.getMethod(), request.getRequestURI(),
 			Collections.list(request.getHeaders(IdempotencyKeys.HEADER)), request.getContentType(), body);
@@ -160,6 +168,12 @@ public final class IdempotencyFilter implements Filter {
 			return b.capture();
 		});
 		write(result, response, buffered[0]);
+	}
+
+	/** The body, or null where it is over the limit. */
+	private static byte[] readAtMost(HttpServletRequest request, long limit) throws IOException {
+		byte[] body = request.getInputStream().readNBytes((int) Math.min(limit + 1, Integer.MAX_VALUE - 8));
+		return body.length > limit ? null : body;
 	}
 
 	/** Sends the result; the transaction has ended. */

@@ -412,6 +412,24 @@ class IdempotencyFilterTest {
 		assertEquals(1, effects());
 	}
 
+	/** The default 1 MiB request body limit: 413 before anything is reserved, with or without Content-Length. */
+	@Test
+	void bodyOverTheLimitIs413() throws Exception {
+		byte[] over = new byte[1024 * 1024 + 1];
+		java.util.Arrays.fill(over, (byte) 'x');
+		for (HttpRequest.BodyPublisher body : new HttpRequest.BodyPublisher[] {
+			HttpRequest.BodyPublishers.ofByteArray(over),
+			HttpRequest.BodyPublishers.ofInputStream(() -> new java.io.ByteArrayInputStream(over))}) {
+			HttpResponse<String> r = CLIENT.send(HttpRequest.newBuilder(URI.create(base + "/payments"))
+				.header("Content-Type", "application/octet-stream").header("Idempotency-Key", key)
+				.header("Authorization", "Bearer token-a").POST(body).build(), HttpResponse.BodyHandlers.ofString());
+			assertEquals(413, r.statusCode(), r.body());
+			assertTrue(r.body().contains("\"code\":\"payload-too-large\""), r.body());
+		}
+		assertEquals(0, effects());
+		assertEquals(0, records());
+	}
+
 	@Test
 	void pathTemplateIsTheDefaultOperation() throws Exception {
 		assertEquals(201, pay("/orders/17/pay", BODY, "token-a").statusCode());

@@ -12,6 +12,7 @@ import io.github.pgidempotency.ProblemMapping;
 import io.github.pgidempotency.StatusSet;
 import org.springframework.boot.context.properties.ConfigurationProperties;
 import org.springframework.util.ClassUtils;
+import org.springframework.util.unit.DataSize;
 
 /**
  * The {@code idempotency.*} properties: doc/clients.md's settings.
@@ -56,6 +57,12 @@ public class IdempotencyProperties {
 	 * time-limit; unset: no limit.
 	 */
 	private Duration timeLimit;
+
+	/** The largest request body an idempotent route takes (over it: 413 payload-too-large). */
+	private DataSize maxRequestBody = DataSize.ofMegabytes(1);
+
+	/** The largest response stored, as its envelope (over it: rolled back, 500); unset: no limit. */
+	private DataSize maxStoredResponse;
 
 	/** The Retry-After seconds of the cases that have one. */
 	private int retryAfter = 1;
@@ -135,7 +142,9 @@ public class IdempotencyProperties {
 			.retryAfterSeconds(retryAfter)
 			.mapping(m.build())
 			.finalErrors(errorTypes(finalErrors))
-			.timeLimit(timeLimit);
+			.timeLimit(timeLimit)
+			.maxRequestBody(maxRequestBody.toBytes())
+			.maxStoredResponse(maxStoredResponse == null ? Long.MAX_VALUE : maxStoredResponse.toBytes());
 	}
 
 	/** The classes of idempotency.final-errors. */
@@ -203,6 +212,26 @@ public class IdempotencyProperties {
 	/** @param retryableStatuses the retryable statuses */
 	public void setRetryableStatuses(List<String> retryableStatuses) {
 		this.retryableStatuses = retryableStatuses;
+	}
+
+	/** @return the request body limit */
+	public DataSize getMaxRequestBody() {
+		return maxRequestBody;
+	}
+
+	/** @param maxRequestBody the request body limit */
+	public void setMaxRequestBody(DataSize maxRequestBody) {
+		this.maxRequestBody = maxRequestBody;
+	}
+
+	/** @return the stored-response limit, or null */
+	public DataSize getMaxStoredResponse() {
+		return maxStoredResponse;
+	}
+
+	/** @param maxStoredResponse the stored-response limit */
+	public void setMaxStoredResponse(DataSize maxStoredResponse) {
+		this.maxStoredResponse = maxStoredResponse;
 	}
 
 	/** @return the time limit, or null */

@@ -34,7 +34,7 @@ import org.springframework.test.web.servlet.request.MockHttpServletRequestBuilde
  */
 @SpringBootTest(classes = TestApplication.class,
 	properties = {"idempotency.final-errors=io.github.pgidempotency.spring.app.RaisingController$FinalRefused",
-		"idempotency.time-limit=1s"})
+		"idempotency.time-limit=1s", "idempotency.max-request-body=1KB", "idempotency.max-stored-response=1KB"})
 @AutoConfigureMockMvc
 class RaisedErrorMockMvcTest {
 	static final String BODY = "{\"order_id\": \"o-1\", \"amount\": 100}";
@@ -166,6 +166,31 @@ class RaisedErrorMockMvcTest {
 		assertEquals(0, records());
 		// the pool serves the next request
 		mvc.perform(raise("none")).andExpect(status().isOk());
+	}
+
+	/** idempotency.max-request-body and max-stored-response (1KB in this test's context). */
+	@Test
+	void sizeLimits() throws Exception {
+		String over = "{\"pad\": \"" + "p".repeat(1025 - 11) + "\"}";
+		String at = over.substring(0, 9) + over.substring(10);
+		assertEquals(1025, over.length());
+		assertEquals(1024, at.length());
+		mvc.perform(post("/raise/none").contentType(MediaType.APPLICATION_JSON).content(over)
+				.header("Idempotency-Key", key).header("Authorization", "Bearer token-a"))
+			.andExpect(status().isPayloadTooLarge())
+			.andExpect(jsonPath("$.code").value("payload-too-large"));
+		assertEquals(0, calls());
+		assertEquals(0, records());
+		mvc.perform(post("/raise/none").contentType(MediaType.APPLICATION_JSON).content(at)
+				.header("Idempotency-Key", key).header("Authorization", "Bearer token-a"))
+			.andExpect(status().isOk());
+		assertEquals(1, records());
+		// a 2000-byte answer is over the stored-response limit: rolled back, 500
+		key = key + "-big";
+		mvc.perform(raise("big")).andExpect(status().isInternalServerError())
+			.andExpect(jsonPath("$.code").value("internal-error"));
+		assertEquals(0, effects());
+		assertEquals(0, records());
 	}
 
 	@Test

@@ -84,6 +84,9 @@ public class RaisingController {
 			case "handled" -> throw new Refused(id);
 			case "final-annotated" -> throw new FinalAnnotated();
 			case "final-handled" -> throw new FinalRefused(id);
+			case "big" -> {
+				return ResponseEntity.ok("x".repeat(2000));
+			}
 			default -> {
 				return ResponseEntity.ok("returned");
 			}
