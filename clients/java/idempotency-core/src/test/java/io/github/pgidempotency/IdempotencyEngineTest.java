@@ -567,6 +567,17 @@ class IdempotencyEngineTest {
 	}
 
 	@Test
+	void throwingScopeIs500() {
+		Problem p = problem(engine.execute(request(key, BODY), Route.named("create-payment"), () -> {
+			throw new IllegalStateException("the token service is down");
+		}, insert("acct-a", 201)));
+		assertEquals(500, p.status());
+		assertEquals(ProblemCode.INTERNAL_ERROR, p.code());
+		assertEquals(0, calls.get());
+		assertEquals(0, records());
+	}
+
+	@Test
 	void extensionsArgumentErrorIs400WithItsMessage() {
 		key = "k".repeat(256);
 		Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
