@@ -2,10 +2,7 @@ package io.github.pgidempotency;
 
 import java.lang.System.Logger.Level;
 import java.sql.Connection;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Types;
 import java.time.Duration;
 import java.util.Optional;
 
@@ -13,11 +10,16 @@ import org.postgresql.util.PSQLException;
 import org.postgresql.util.ServerErrorMessage;
 
 /**
- * One idempotent request, as doc/clients.md says: the key parsed, the scope
- * asked for, the fingerprint document built, then in one transaction
+ * One idempotent HTTP request, as doc/clients.md says: the key parsed, the
+ * scope asked for, the fingerprint document built, then, through the one
+ * core runner ({@link KeyRunner}), in one transaction
  * {@code idem_reserve}, the handler (on the same connection), {@code
  * idem_complete} and COMMIT; a handler error or a retryable status rolls
- * back. Thread-safe; one engine serves every request.
+ * back. A {@link RaisedError} (an error the framework resolved to a
+ * response) rolls back too and answers that response, unless the settings
+ * mark it {@linkplain IdempotencySettings#isFinalError final}: then it is
+ * completed like a returned response. Thread-safe; one engine serves every
+ * request.
  *
  * <pre>{@code
  * IdempotencyEngine engine = new IdempotencyEngine(IdempotencySettings.defaults(),
@@ -29,12 +31,9 @@ import org.postgresql.util.ServerErrorMessage;
 public final class IdempotencyEngine {
 	private static final System.Logger LOG = System.getLogger(IdempotencyEngine.class.getName());
 
-	static final String RESERVE = "SELECT r.outcome, r.response_status, r.response::text, (r.response -> 'body')::text "
-		+ "FROM idem_reserve(?, ?, ?::jsonb, scope => ?, ttl => ?::interval) AS r";
-	static final String COMPLETE = "SELECT idem_complete(?, ?, ?::jsonb, ?, scope => ?)";
-
 	private final IdempotencySettings settings;
-	private final TransactionRunner runner;
+	private final KeyRunner keys;
+	private final KeyRunner.Policy policy;
 
 	/**
 	 * An engine.
@@ -44,7 +43,9 @@ public final class IdempotencyEngine {
 	 */
 	public IdempotencyEngine(IdempotencySettings settings, TransactionRunner runner) {
 		this.settings = java.util.Objects.requireNonNull(settings);
-		this.runner = java.util.Objects.requireNonNull(runner);
+		this.keys = new KeyRunner(runner);
+		this.policy = new KeyRunner.Policy(status -> settings.retryableStatuses().contains(status),
+			settings::isFinalError, settings.timeLimit());
 	}
 
 	/** @return the settings */
@@ -79,8 +80,12 @@ public final class IdempotencyEngine {
 		 *        the handler's own SQL runs; {@code null} where the route's key
 		 *        is optional and the request has none (no transaction)
 		 * @return the response
-		 * @throws Exception to roll back (the client gets 500 {@code internal-error},
-		 *         or the mapping's answer for the SQLSTATE it carries)
+		 * @throws RaisedError where the handler raised an error that its
+		 *         framework resolved to a response: rolled back and that
+		 *         response answered, or completed with it where the error is final
+		 * @throws Exception any other: rolled back (the client gets 500
+		 *         {@code internal-error}, or the mapping's answer for the
+		 *         SQLSTATE it carries)
 		 */
 		CapturedResponse handle(Connection connection) throws Exception;
 	}
@@ -101,7 +106,11 @@ public final class IdempotencyEngine {
 			if (key.isEmpty()) {
 				if (keyRequired)
 					throw new IdempotencyException(ProblemCode.MISSING_KEY);
-				return new IdempotencyResult.Handled(handler.handle(null), false);
+				try {
+					return new IdempotencyResult.Handled(handler.handle(null), false);
+				} catch (RaisedError e) {
+					return new IdempotencyResult.Handled(e.resolved(), false);
+				}
 			}
 			String principal = scope.get();
 			if (principal == null || principal.isEmpty())
@@ -111,78 +120,65 @@ public final class IdempotencyEngine {
 			String document = RequestDocument.build(request.method(), request.path(), request.contentType(),
 				request.body(), route.fingerprint());
 			Duration ttl = route.ttl() != null ? route.ttl() : settings.ttl();
-			return runner.inTransaction((c, control) -> run(c, control, operation, key.get(), principal,
-				document, ttl, handler));
+			KeyRunner.Result result = keys.run(new KeyRunner.Call(operation, key.get(), principal, document, ttl),
+				policy, c -> {
+					try {
+						return new HttpCompletion(handler.handle(c));
+					} catch (RaisedError e) {
+						throw new KeyRunner.Raised(e.getCause(), new HttpCompletion(e.resolved()));
+					}
+				});
+			if (result instanceof KeyRunner.Replay r)
+				return new IdempotencyResult.Replayed(ResponseEnvelope.decode(r.status(), r.response(), r.body(),
+					settings.replayHeaders()));
+			KeyRunner.New n = (KeyRunner.New) result;
+			return new IdempotencyResult.Handled(((HttpCompletion) n.completion()).response, n.completed());
 		} catch (Exception e) {
 			return refuse(e);
 		}
 	}
 
-	/** The transaction's work: reserve, then handle and complete, or answer. */
-	private IdempotencyResult run(Connection c, TransactionRunner.Control control, String operation, String key,
-		String scope, String document, Duration ttl, Handler handler) throws Exception {
-		String outcome;
-		int status;
-		String response;
-		String body;
-		try (PreparedStatement st = c.prepareStatement(RESERVE)) {
-			st.setString(1, operation);
-			st.setString(2, key);
-			st.setString(3, document);
-			st.setString(4, scope);
-			if (ttl == null)
-				st.setNull(5, Types.VARCHAR);
-			else
-				st.setString(5, interval(ttl));
-			try (ResultSet rs = st.executeQuery()) {
-				rs.next();
-				outcome = rs.getString(1);
-				status = rs.getInt(2);
-				response = rs.getString(3);
-				body = rs.getString(4);
-			}
-		}
-		switch (outcome) {
-			case "new":
-				break;
-			case "replay":
-				control.setRollbackOnly();
-				return new IdempotencyResult.Replayed(ResponseEnvelope.decode(status, response, body));
-			case "in_progress":
-				control.setRollbackOnly();
-				return problem(ProblemCode.IN_PROGRESS, null, null);
-			case "stuck":
-				control.setRollbackOnly();
-				return problem(ProblemCode.STUCK, null, null);
-			case "mismatch":
-				control.setRollbackOnly();
-				return problem(ProblemCode.MISMATCH, null, null);
-			default:
-				throw new IllegalStateException("idem_reserve returned the unknown outcome \"" + outcome + "\"");
+	/**
+	 * A handler's response as the runner's completion: checked (only what can
+	 * be sent is committed) and encoded as the envelope only when completed.
+	 */
+	private final class HttpCompletion implements KeyRunner.Completion {
+		final CapturedResponse response;
+
+		HttpCompletion(CapturedResponse response) {
+			this.response = response;
 		}
 
-		CapturedResponse answer = handler.handle(c);
-		if (settings.retryableStatuses().contains(answer.status())) {
-			control.setRollbackOnly();
-			return new IdempotencyResult.Handled(answer, false);
+		@Override
+		public int status() {
+			return response.status();
 		}
-		try (PreparedStatement st = c.prepareStatement(COMPLETE)) {
-			st.setString(1, operation);
-			st.setString(2, key);
-			st.setString(3, ResponseEnvelope.encode(answer, settings.replayHeaders()));
-			st.setInt(4, answer.status());
-			st.setString(5, scope);
-			st.execute();
+
+		@Override
+		public String response() {
+			SendableResponse.check(response);
+			String envelope = ResponseEnvelope.encode(response, settings.replayHeaders());
+			// ASCII: a character is a byte
+			if (envelope.length() > settings.maxStoredResponse())
+				throw new UnsendableResponseException("the response is " + envelope.length()
+					+ " bytes stored, over the limit of " + settings.maxStoredResponse());
+			return envelope;
 		}
-		return new IdempotencyResult.Handled(answer, true);
 	}
 
 	/** The answer for a failure: the mapping's row for its case. */
 	private IdempotencyResult refuse(Exception e) {
 		if (e instanceof IdempotencyException ie)
 			return problem(ie.code(), ie.getMessage(), e);
+		if (e instanceof UnsendableResponseException) {
+			LOG.log(Level.ERROR, "idempotent request rolled back: its response cannot be sent or stored", e);
+			return problem(ProblemCode.INTERNAL_ERROR, null, e);
+		}
 		SQLException sql = sqlException(e);
 		ProblemCode code = settings.mapping().forSqlState(sql == null ? null : sql.getSQLState());
+		// a pool that has no connection in time (HikariCP's, without a state of its own)
+		if (code == ProblemCode.INTERNAL_ERROR && sql instanceof java.sql.SQLTransientConnectionException)
+			code = ProblemCode.UNAVAILABLE;
 		String detail = null;
 		if (code == ProblemCode.INVALID_REQUEST)
 			detail = serverMessage(sql);
@@ -214,10 +210,5 @@ public final class IdempotencyEngine {
 				return m.getMessage();
 		}
 		return e.getMessage();
-	}
-
-	/** A ttl as PostgreSQL interval input. */
-	static String interval(Duration ttl) {
-		return ttl.getSeconds() + "." + String.format("%09d", ttl.getNano()) + " seconds";
 	}
 }

@@ -30,7 +30,17 @@ public final class JdbcTransactionRunner implements TransactionRunner {
 			c.setAutoCommit(false);
 			try {
 				boolean[] rollback = {false};
-				T result = work.run(c, () -> rollback[0] = true);
+				T result = work.run(c, new Control() {
+					@Override
+					public void setRollbackOnly() {
+						rollback[0] = true;
+					}
+
+					@Override
+					public boolean isRollbackOnly() {
+						return rollback[0];
+					}
+				});
 				if (rollback[0])
 					c.rollback();
 				else

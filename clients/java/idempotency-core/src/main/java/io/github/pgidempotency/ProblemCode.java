@@ -19,6 +19,9 @@ public enum ProblemCode {
 	/** SQLSTATE 22023 (a bad argument), or a fingerprint subset on a non-JSON body. */
 	INVALID_REQUEST("invalid-request", "Invalid request",
 		"The request was refused as invalid."),
+	/** A request body over the library's limit ({@link IdempotencySettings#maxRequestBody()}). */
+	PAYLOAD_TOO_LARGE("payload-too-large", "Payload too large",
+		"The request body is over the limit this service takes."),
 	/** Outcome {@code in_progress} (SQLSTATE ID003). */
 	IN_PROGRESS("in-progress", "Request in progress",
 		"A request with this Idempotency-Key is still being processed."),
@@ -34,6 +37,15 @@ public enum ProblemCode {
 	/** SQLSTATE 40001 or 40P01: a serialization failure or a deadlock. */
 	RETRY("retry", "Retry the request",
 		"The request conflicted with another one and was rolled back; retry it."),
+	/**
+	 * The database cannot be reached: connection refused or lost (SQLSTATE
+	 * class 08, 57P01 to 57P03), or no pooled connection in time.
+	 */
+	UNAVAILABLE("unavailable", "Database unavailable",
+		"The database cannot be reached at the moment; retry later."),
+	/** The key's transaction ran past the time limit: rolled back, the key freed. */
+	TIME_LIMIT("time-limit", "Request took too long",
+		"The request ran past its time limit and nothing of it was kept; retry it."),
 	/** A stored envelope of a version this library does not know. */
 	UNSUPPORTED_ENVELOPE("unsupported-envelope", "Unsupported response envelope",
 		"The stored response was written by a newer version of the library."),

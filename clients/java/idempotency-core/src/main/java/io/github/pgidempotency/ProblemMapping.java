@@ -42,11 +42,14 @@ public final class ProblemMapping {
 		.entry(ProblemCode.INVALID_KEY, 400, false)
 		.entry(ProblemCode.UNAUTHENTICATED, 401, false)
 		.entry(ProblemCode.INVALID_REQUEST, 400, false)
+		.entry(ProblemCode.PAYLOAD_TOO_LARGE, 413, false)
 		.entry(ProblemCode.IN_PROGRESS, 409, true)
 		.entry(ProblemCode.STUCK, 409, true)
 		.entry(ProblemCode.MISMATCH, 422, false)
 		.entry(ProblemCode.READ_ONLY, 503, true)
 		.entry(ProblemCode.RETRY, 503, true)
+		.entry(ProblemCode.UNAVAILABLE, 503, true)
+		.entry(ProblemCode.TIME_LIMIT, 503, true)
 		.entry(ProblemCode.UNSUPPORTED_ENVELOPE, 500, false)
 		.entry(ProblemCode.INTERNAL_ERROR, 500, false)
 		.sqlState("22023", ProblemCode.INVALID_REQUEST)
@@ -63,6 +66,16 @@ public final class ProblemMapping {
 		.sqlState("25006", ProblemCode.READ_ONLY)
 		.sqlState("40001", ProblemCode.RETRY)
 		.sqlState("40P01", ProblemCode.RETRY)
+		// the database going away: refused, lost, shutting down, starting up
+		.sqlState("08000", ProblemCode.UNAVAILABLE)
+		.sqlState("08001", ProblemCode.UNAVAILABLE)
+		.sqlState("08003", ProblemCode.UNAVAILABLE)
+		.sqlState("08004", ProblemCode.UNAVAILABLE)
+		.sqlState("08006", ProblemCode.UNAVAILABLE)
+		.sqlState("08007", ProblemCode.UNAVAILABLE)
+		.sqlState("57P01", ProblemCode.UNAVAILABLE)
+		.sqlState("57P02", ProblemCode.UNAVAILABLE)
+		.sqlState("57P03", ProblemCode.UNAVAILABLE)
 		.build();
 
 	private final Map<ProblemCode, Entry> entries;

@@ -42,5 +42,17 @@ public interface TransactionRunner {
 	interface Control {
 		/** The transaction is rolled back when the work returns. */
 		void setRollbackOnly();
+
+		/**
+		 * Whether the transaction can no longer commit: the work asked for a
+		 * rollback, or code that joined the transaction marked it (a Spring
+		 * {@code @Transactional} method that threw).
+		 *
+		 * @return whether it will be rolled back; {@code false} where the
+		 *         runner cannot tell
+		 */
+		default boolean isRollbackOnly() {
+			return false;
+		}
 	}
 }

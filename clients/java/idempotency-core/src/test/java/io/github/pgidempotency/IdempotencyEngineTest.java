@@ -139,7 +139,7 @@ class IdempotencyEngineTest {
 	void inProgressIs409WithRetryAfter() throws SQLException {
 		try (Connection other = TestDb.pool().getConnection()) {
 			other.setAutoCommit(false);
-			try (PreparedStatement st = other.prepareStatement(IdempotencyEngine.RESERVE)) {
+			try (PreparedStatement st = other.prepareStatement(KeyRunner.RESERVE)) {
 				st.setString(1, "create-payment");
 				st.setString(2, key);
 				st.setString(3, RequestDocument.build("POST", "/payments", "application/json",
@@ -209,6 +209,316 @@ class IdempotencyEngineTest {
 		assertEquals(1, effects());
 	}
 
+	/** An error a framework resolves to a 402 (a declined card). */
+	static final class Declined extends RuntimeException {
+		private static final long serialVersionUID = 1L;
+	}
+
+	/** A handler that inserts, then raises {@code error}, which its framework resolved to a 402. */
+	private IdempotencyEngine.Handler insertThenRaise(RuntimeException error) {
+		return c -> {
+			CapturedResponse resolved = insert("acct-a", 402).handle(c);
+			throw new RaisedError(error, resolved);
+		};
+	}
+
+	@Test
+	void raisedErrorRollsBackWhateverItsResolvedStatus() {
+		IdempotencyResult r = run("acct-a", BODY, insertThenRaise(new Declined()));
+		IdempotencyResult.Handled h = assertInstanceOf(IdempotencyResult.Handled.class, r);
+		assertEquals(402, h.status());
+		assertTrue(!h.completed());
+		assertTrue(new String(h.response().body(), StandardCharsets.UTF_8).startsWith("{\"id\": "));
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		// the retry runs again
+		assertInstanceOf(IdempotencyResult.Handled.class, run("acct-a", BODY, insertThenRaise(new Declined())));
+		assertEquals(2, calls.get());
+		assertEquals(0, records());
+	}
+
+	@Test
+	void finalRaisedErrorIsCompletedWithItsResolvedAnswer() {
+		engine = new IdempotencyEngine(IdempotencySettings.builder().finalErrors(Declined.class).build(),
+			new JdbcTransactionRunner(TestDb.pool()));
+		IdempotencyResult.Handled h = assertInstanceOf(IdempotencyResult.Handled.class,
+			run("acct-a", BODY, insertThenRaise(new Declined())));
+		assertTrue(h.completed());
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class,
+			run("acct-a", BODY, insertThenRaise(new Declined()))).response();
+		assertEquals(402, s.status());
+		assertEquals(h.response().header("location"), s.headers().get("location"));
+		assertEquals(1, calls.get());
+		assertEquals(1, effects());
+		assertEquals(1, records());
+		// another type is not final; a predicate adds to the types
+		key = "k-" + UUID.randomUUID();
+		run("acct-a", BODY, insertThenRaise(new IllegalStateException()));
+		assertEquals(0, records());
+		engine = new IdempotencyEngine(IdempotencySettings.builder().finalErrors(Declined.class)
+			.finalErrors(e -> e instanceof IllegalStateException).build(), new JdbcTransactionRunner(TestDb.pool()));
+		run("acct-a", BODY, insertThenRaise(new IllegalStateException()));
+		assertEquals(1, records());
+	}
+
+	@Test
+	void finalRaisedErrorThatCannotCommitIsRolledBackAndAnswered() {
+		engine = new IdempotencyEngine(IdempotencySettings.builder().finalErrors(Declined.class).build(),
+			new JdbcTransactionRunner(TestDb.pool()));
+		// the handler's own SQL failed and aborted the transaction; its framework answered 402
+		IdempotencyResult r = run("acct-a", BODY, c -> {
+			CapturedResponse resolved = insert("acct-a", 402).handle(c);
+			try (PreparedStatement st = c.prepareStatement("SELECT 1 / 0")) {
+				st.execute();
+			} catch (SQLException e) {
+				throw new RaisedError(new Declined(), resolved);
+			}
+			throw new IllegalStateException("unreachable");
+		});
+		IdempotencyResult.Handled h = assertInstanceOf(IdempotencyResult.Handled.class, r);
+		assertEquals(402, h.status());
+		assertTrue(!h.completed());
+		assertEquals(0, effects());
+		assertEquals(0, records());
+	}
+
+	@Test
+	void raisedErrorWithoutAKeyIsAnsweredAsResolved() {
+		IdempotencyResult r = engine.execute(request(null, BODY), Route.defaults().withKeyRequired(false),
+			() -> "acct-a", c -> {
+				throw new RaisedError(new Declined(), new CapturedResponse(402, Map.of(), null));
+			});
+		assertEquals(402, assertInstanceOf(IdempotencyResult.Handled.class, r).status());
+	}
+
+	/** Responses no server here writes unchanged, or that jsonb cannot store unchanged. */
+	static java.util.stream.Stream<CapturedResponse> unsendable() {
+		byte[] ok = "{}".getBytes(StandardCharsets.UTF_8);
+		Map<String, List<String>> json = Map.of("content-type", List.of("application/json"));
+		return java.util.stream.Stream.of(
+			new CapturedResponse(201, Map.of("location", List.of("/payments/1\r\nSet-Cookie: a=b")), ok),
+			new CapturedResponse(201, Map.of("location", List.of("/payments/1\n")), ok),
+			new CapturedResponse(201, Map.of("x-note", List.of("a\u0000b")), ok),
+			new CapturedResponse(201, Map.of("content-type", List.of("application/json; charset=\u20ac")), ok),
+			new CapturedResponse(201, Map.of("x-note", List.of("caf\u00e9")), ok),
+			new CapturedResponse(201, Map.of("bad name", List.of("x")), ok),
+			new CapturedResponse(201, Map.of("", List.of("x")), ok),
+			new CapturedResponse(201, Map.of("x-a:b", List.of("x")), ok),
+			new CapturedResponse(600, Map.of(), ok),
+			new CapturedResponse(101, Map.of(), ok),
+			new CapturedResponse(201, json, "{\"a\": \"x\\u0000y\"}".getBytes(StandardCharsets.UTF_8)),
+			new CapturedResponse(201, json, "{\"\\u0000\": 1}".getBytes(StandardCharsets.UTF_8)),
+			new CapturedResponse(201, json, "[\"\\ud800\"]".getBytes(StandardCharsets.UTF_8)),
+			new CapturedResponse(201, json, "{\"a\": [\"\\udc00x\"]}".getBytes(StandardCharsets.UTF_8)));
+	}
+
+	@org.junit.jupiter.params.ParameterizedTest
+	@org.junit.jupiter.params.provider.MethodSource("unsendable")
+	void onlyWhatCanBeSentIsCommitted(CapturedResponse bad) {
+		for (int attempt = 1; attempt <= 2; attempt++) {
+			Problem p = problem(run("acct-a", BODY, c -> {
+				insert("acct-a", 201).handle(c);
+				return bad;
+			}));
+			assertEquals(500, p.status());
+			assertEquals(ProblemCode.INTERNAL_ERROR, p.code());
+			assertEquals(0, effects());
+			assertEquals(0, records());
+			// the retry runs the handler again
+			assertEquals(attempt, calls.get());
+		}
+	}
+
+	@Test
+	void whatCanBeSentIsStoredUnchanged() {
+		// tabs and spaces inside a value, a surrogate pair, non-ASCII text in a JSON body
+		CapturedResponse good = new CapturedResponse(201, Map.of("content-type", List.of("application/json"),
+			"location", List.of("/p/1 \t2"), "x-t~k!n", List.of("")),
+			"{\"s\": \"caf\u00e9 \\ud83d\\ude00 \u20ac\"}".getBytes(StandardCharsets.UTF_8));
+		run("acct-a", BODY, c -> good);
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class, run("acct-a", BODY, c -> good))
+			.response();
+		assertEquals("/p/1 \t2", s.headers().get("location"));
+		assertEquals("caf\u00e9 \ud83d\ude00 \u20ac", TestDb.value(
+			"SELECT response -> 'body' ->> 's' FROM idem_keys WHERE key = ?", key));
+	}
+
+	/** A completed record whose response is then rewritten by SQL, as any role with UPDATE can. */
+	private void storedAs(String response) {
+		run("acct-a", BODY, insert("acct-a", 201));
+		TestDb.sql("UPDATE idem_keys SET response = ?::jsonb WHERE key = ?", response, key);
+	}
+
+	static final String TAMPERED = "{\"v\": 1, \"headers\": {\"content-type\": \"application/json\", "
+		+ "\"location\": \"/p/1\", \"set-cookie\": \"a=b\", \"content-length\": \"99\", "
+		+ "\"transfer-encoding\": \"chunked\", \"connection\": \"close\", \"x-internal\": \"s\"}, "
+		+ "\"body\": {\"id\": 1}}";
+
+	@Test
+	void replayAppliesTheAllowListAndNeverFramingHeaders() {
+		storedAs(TAMPERED);
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class,
+			run("acct-a", BODY, insert("acct-a", 201))).response();
+		assertEquals(Map.of("content-type", "application/json", "location", "/p/1"), s.headers());
+		assertEquals("{\"id\": 1}", new String(s.body(), StandardCharsets.UTF_8));
+		// allow-listed, set-cookie is replayed; framing and hop-by-hop never
+		engine = new IdempotencyEngine(IdempotencySettings.builder().replayHeaders("content-type", "set-cookie",
+			"content-length", "transfer-encoding", "connection", "x-internal").build(),
+			new JdbcTransactionRunner(TestDb.pool()));
+		s = assertInstanceOf(IdempotencyResult.Replayed.class, run("acct-a", BODY, insert("acct-a", 201)))
+			.response();
+		assertEquals(Map.of("content-type", "application/json", "set-cookie", "a=b", "x-internal", "s"),
+			s.headers());
+		assertEquals(1, calls.get());
+	}
+
+	@org.junit.jupiter.params.ParameterizedTest
+	@org.junit.jupiter.params.provider.ValueSource(strings = {
+		"{\"v\": \"1\", \"body\": {}}",
+		"{\"v\": 2, \"body\": {}}",
+		"{\"v\": null, \"body\": {}}",
+		"{\"v\": 1.5, \"body\": {}}",
+		"{\"v\": 1, \"headers\": [], \"body\": {}}",
+		"{\"v\": 1, \"headers\": \"content-type: text/plain\", \"body\": {}}",
+		"{\"v\": 1, \"headers\": {\"location\": 5}, \"body\": {}}",
+		"{\"v\": 1, \"headers\": {\"location\": \"/p/1\\r\\nSet-Cookie: a=b\"}, \"body\": {}}",
+		"{\"v\": 1, \"headers\": {\"content-type\": \"text/plain; charset=\u20ac\"}, \"body\": {}}",
+		"{\"v\": 1, \"headers\": {\"bad name\": \"x\"}, \"body\": {}}",
+		"{\"v\": 1, \"body\": {}, \"body_base64\": \"AA==\"}",
+		"{\"v\": 1, \"body_base64\": \"AA\"}",
+		"{\"v\": 1, \"body_base64\": \"A!==\"}",
+		"{\"v\": 1, \"body_base64\": 5}"})
+	void unreadableRecordIs500UnsupportedEnvelope(String response) {
+		storedAs(response);
+		Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+		assertEquals(500, p.status());
+		assertEquals(ProblemCode.UNSUPPORTED_ENVELOPE, p.code());
+		assertEquals(1, calls.get());
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void versionOnePointZeroIsOne() {
+		storedAs("{\"v\": 1.0, \"headers\": {\"content-type\": \"text/plain\"}, \"body_base64\": \"b2s=\"}");
+		StoredResponse s = assertInstanceOf(IdempotencyResult.Replayed.class,
+			run("acct-a", BODY, insert("acct-a", 201))).response();
+		assertArrayEquals("ok".getBytes(StandardCharsets.UTF_8), s.body());
+		assertEquals("text/plain", s.headers().get("content-type"));
+	}
+
+	@Test
+	void databaseRefusingConnectionsIs503Unavailable() {
+		com.zaxxer.hikari.HikariConfig c = new com.zaxxer.hikari.HikariConfig();
+		// nothing listens on port 1
+		c.setJdbcUrl("jdbc:postgresql://127.0.0.1:1/none?connectTimeout=1");
+		c.setConnectionTimeout(250);
+		c.setInitializationFailTimeout(-1);
+		try (HikariDataSource none = new HikariDataSource(c)) {
+			engine = new IdempotencyEngine(IdempotencySettings.defaults(), new JdbcTransactionRunner(none));
+			Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+			assertEquals(503, p.status());
+			assertEquals(ProblemCode.UNAVAILABLE, p.code());
+			assertEquals(1, p.retryAfter());
+			assertEquals(0, calls.get());
+		}
+		org.postgresql.ds.PGSimpleDataSource plain = new org.postgresql.ds.PGSimpleDataSource();
+		plain.setURL("jdbc:postgresql://127.0.0.1:1/none");
+		engine = new IdempotencyEngine(IdempotencySettings.defaults(), new JdbcTransactionRunner(plain));
+		assertEquals(ProblemCode.UNAVAILABLE, problem(run("acct-a", BODY, insert("acct-a", 201))).code());
+	}
+
+	@Test
+	void noPooledConnectionInTimeIs503Unavailable() throws SQLException {
+		com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+		config.setJdbcUrl(TestDb.URL);
+		config.setMaximumPoolSize(1);
+		config.setConnectionTimeout(250);
+		try (HikariDataSource one = new HikariDataSource(config)) {
+			engine = new IdempotencyEngine(IdempotencySettings.defaults(), new JdbcTransactionRunner(one));
+			try (Connection held = one.getConnection()) {
+				assertTrue(held.isValid(1));
+				Problem p = problem(run("acct-a", BODY, insert("acct-a", 201)));
+				assertEquals(503, p.status());
+				assertEquals(ProblemCode.UNAVAILABLE, p.code());
+				assertEquals(1, p.retryAfter());
+			}
+			assertEquals(0, calls.get());
+		}
+	}
+
+	@Test
+	void connectionLostBeforeCommitIs503UnavailableAndRolledBack() {
+		Problem p = problem(run("acct-a", BODY, c -> {
+			insert("acct-a", 201).handle(c);
+			// the server ends this session, as a restart would
+			try (PreparedStatement st = c.prepareStatement("SELECT pg_terminate_backend(pg_backend_pid())")) {
+				st.execute();
+			}
+			return new CapturedResponse(201, Map.of(), null);
+		}));
+		assertEquals(503, p.status());
+		assertEquals(ProblemCode.UNAVAILABLE, p.code());
+		assertEquals(1, p.retryAfter());
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		// the retry runs again, on a connection that works
+		assertTrue(assertInstanceOf(IdempotencyResult.Handled.class, run("acct-a", BODY, insert("acct-a", 201)))
+			.completed());
+		assertEquals(1, effects());
+	}
+
+	@Test
+	void nulOrOverLongPrincipalIs400() {
+		for (String scope : new String[] {"a\u0000b", "s".repeat(256)}) {
+			Problem p = problem(run(scope, BODY, insert(scope, 201)));
+			assertEquals(400, p.status(), scope.length() + " " + p.code());
+			assertEquals(ProblemCode.INVALID_REQUEST, p.code());
+		}
+		assertEquals(0, calls.get());
+		assertEquals(0, records());
+	}
+
+	@Test
+	void handlerPastTheTimeLimitIsRolledBackAndFreesTheKeyAtTheLimit() throws InterruptedException {
+		engine = new IdempotencyEngine(IdempotencySettings.builder().timeLimit(Duration.ofMillis(500)).build(),
+			new JdbcTransactionRunner(TestDb.pool()));
+		long[] recordsWhileHung = {-1};
+		long start = System.nanoTime();
+		// hung outside SQL: the key is freed at the limit, while the handler still runs
+		Problem p = problem(run("acct-a", BODY, c -> {
+			insert("acct-a", 201).handle(c);
+			Thread.sleep(2000);
+			recordsWhileHung[0] = records();
+			return new CapturedResponse(201, Map.of(), null);
+		}));
+		assertEquals(503, p.status());
+		assertEquals(ProblemCode.TIME_LIMIT, p.code());
+		assertEquals(1, p.retryAfter());
+		assertEquals(0, recordsWhileHung[0]);
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		// hung in SQL: answered at the limit
+		start = System.nanoTime();
+		p = problem(run("acct-a", BODY, c -> {
+			insert("acct-a", 201).handle(c);
+			try (PreparedStatement st = c.prepareStatement("SELECT pg_sleep(10)")) {
+				st.execute();
+			}
+			return new CapturedResponse(201, Map.of(), null);
+		}));
+		assertEquals(ProblemCode.TIME_LIMIT, p.code());
+		// its server session ends at once (the statement cancelled), not after pg_sleep's 10 s
+		for (int i = 0; i < 50 && TestDb.count("SELECT count(*) FROM pg_stat_activity "
+			+ "WHERE query = 'SELECT pg_sleep(10)'") > 0; i++)
+			Thread.sleep(100);
+		assertTrue(Duration.ofNanos(System.nanoTime() - start).toMillis() < 8000);
+		assertEquals(0, records());
+		// within the limit: completed, on a working connection
+		assertTrue(assertInstanceOf(IdempotencyResult.Handled.class, run("acct-a", BODY, insert("acct-a", 201)))
+			.completed());
+		assertEquals(1, effects());
+	}
+
 	@Test
 	void retryableStatusesAreASetting() {
 		engine = new IdempotencyEngine(IdempotencySettings.builder().retryableStatuses(StatusSet.parse("402")).build(),
@@ -254,6 +564,17 @@ class IdempotencyEngineTest {
 			assertEquals(ProblemCode.UNAUTHENTICATED, p.code());
 		}
 		assertEquals(0, calls.get());
+	}
+
+	@Test
+	void throwingScopeIs500() {
+		Problem p = problem(engine.execute(request(key, BODY), Route.named("create-payment"), () -> {
+			throw new IllegalStateException("the token service is down");
+		}, insert("acct-a", 201)));
+		assertEquals(500, p.status());
+		assertEquals(ProblemCode.INTERNAL_ERROR, p.code());
+		assertEquals(0, calls.get());
+		assertEquals(0, records());
 	}
 
 	@Test

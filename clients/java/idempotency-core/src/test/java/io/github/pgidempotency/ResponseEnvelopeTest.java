@@ -24,7 +24,7 @@ class ResponseEnvelopeTest {
 			"{\"v\":1,\"headers\":{\"content-type\":\"application/json\",\"link\":\"<a>, <b>\",\"location\":\"/payments/42\"},\"body\":{\"id\":42}}",
 			// header order follows the map's: compare as decoded
 			ResponseEnvelope.encode(new CapturedResponse(201, new java.util.TreeMap<>(r.headers()), r.body()), ALLOW));
-		StoredResponse s = ResponseEnvelope.decode(201, env, "{\"id\": 42}");
+		StoredResponse s = ResponseEnvelope.decode(201, env, "{\"id\": 42}", ALLOW);
 		assertEquals(201, s.status());
 		assertEquals("/payments/42", s.headers().get("location"));
 		assertEquals("<a>, <b>", s.headers().get("link"));
@@ -40,12 +40,12 @@ class ResponseEnvelopeTest {
 		assertEquals("{\"v\":1,\"headers\":{\"content-type\":\"application/json\"},\"body\":"
 			+ RequestDocumentTest.nested(256).replace(" ", "") + "}", env);
 		assertEquals(RequestDocumentTest.nested(256).replace(" ", ""),
-			new String(ResponseEnvelope.decode(200, env, RequestDocumentTest.nested(256).replace(" ", "")).body(), StandardCharsets.UTF_8));
+			new String(ResponseEnvelope.decode(200, env, RequestDocumentTest.nested(256).replace(" ", ""), ALLOW).body(), StandardCharsets.UTF_8));
 		byte[] beyond = RequestDocumentTest.nested(257).getBytes(StandardCharsets.UTF_8);
 		String deeper = ResponseEnvelope.encode(new CapturedResponse(200, json, beyond), ALLOW);
 		assertEquals("{\"v\":1,\"headers\":{\"content-type\":\"application/json\"},\"body_base64\":\""
 			+ java.util.Base64.getEncoder().encodeToString(beyond) + "\"}", deeper);
-		assertArrayEquals(beyond, ResponseEnvelope.decode(200, deeper, null).body());
+		assertArrayEquals(beyond, ResponseEnvelope.decode(200, deeper, null, ALLOW).body());
 	}
 
 	@Test
@@ -54,19 +54,19 @@ class ResponseEnvelopeTest {
 		CapturedResponse r = new CapturedResponse(200, Map.of("content-type", List.of("application/octet-stream")), bytes);
 		String env = ResponseEnvelope.encode(r, ALLOW);
 		assertEquals("{\"v\":1,\"headers\":{\"content-type\":\"application/octet-stream\"},\"body_base64\":\"AAEC/w==\"}", env);
-		assertArrayEquals(bytes, ResponseEnvelope.decode(200, env, null).body());
+		assertArrayEquals(bytes, ResponseEnvelope.decode(200, env, null, ALLOW).body());
 	}
 
 	@Test
 	void emptyBodyHasNeither() {
 		String env = ResponseEnvelope.encode(new CapturedResponse(204, Map.of(), null), ALLOW);
 		assertEquals("{\"v\":1,\"headers\":{}}", env);
-		assertEquals(0, ResponseEnvelope.decode(204, env, null).body().length);
+		assertEquals(0, ResponseEnvelope.decode(204, env, null, ALLOW).body().length);
 	}
 
 	@Test
 	void responseWithoutVersionIsJsonBody() {
-		StoredResponse s = ResponseEnvelope.decode(201, "{\"id\": \"pay_1\"}", null);
+		StoredResponse s = ResponseEnvelope.decode(201, "{\"id\": \"pay_1\"}", null, ALLOW);
 		assertEquals("application/json", s.headers().get("content-type"));
 		assertArrayEquals("{\"id\": \"pay_1\"}".getBytes(StandardCharsets.UTF_8), s.body());
 	}
@@ -74,7 +74,7 @@ class ResponseEnvelopeTest {
 	@Test
 	void higherVersionIsRefused() {
 		IdempotencyException e = assertThrows(IdempotencyException.class,
-			() -> ResponseEnvelope.decode(201, "{\"v\": 2, \"body\": {}}", "{}"));
+			() -> ResponseEnvelope.decode(201, "{\"v\": 2, \"body\": {}}", "{}", ALLOW));
 		assertEquals(ProblemCode.UNSUPPORTED_ENVELOPE, e.code());
 	}
 }

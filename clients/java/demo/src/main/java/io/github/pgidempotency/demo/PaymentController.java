@@ -10,6 +10,7 @@ import jakarta.servlet.http.HttpServletRequest;
 import org.springframework.http.MediaType;
 import org.springframework.http.ResponseEntity;
 import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.web.bind.annotation.ExceptionHandler;
 import org.springframework.web.bind.annotation.GetMapping;
 import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.PostMapping;
@@ -41,8 +42,10 @@ public class PaymentController {
 	 * @param body the request body
 	 * @param latency X-Simulated-Latency-Ms
 	 * @param request the request
-	 * @return 201, 402 card-declined or 400 bad-request (all completed)
+	 * @return 201, or 400 bad-request (both completed)
 	 * @throws InterruptedException when stopped while sleeping
+	 * @throws CardDeclinedException for an amount over 1000000: 402
+	 *         card-declined, completed as a final error
 	 */
 	@PostMapping("/payments")
 	@Idempotent(operation = "create-payment")
@@ -69,9 +72,20 @@ public class PaymentController {
 			account, orderId, amount, currency, declined ? "declined" : "paid");
 		sleep(latency);
 		if (declined)
-			return problems.problem(402, "card-declined", "Card declined", "The card was declined.");
+			throw new CardDeclinedException();
 		return ResponseEntity.created(URI.create("/payments/" + row.get("id")))
 			.contentType(MediaType.APPLICATION_JSON).body((String) row.get("body"));
+	}
+
+	/**
+	 * The answer to a declined card; the library completes it (a final error).
+	 *
+	 * @param e the error
+	 * @return 402 card-declined
+	 */
+	@ExceptionHandler
+	public ResponseEntity<String> declined(CardDeclinedException e) {
+		return problems.problem(402, "card-declined", "Card declined", "The card was declined.");
 	}
 
 	/**

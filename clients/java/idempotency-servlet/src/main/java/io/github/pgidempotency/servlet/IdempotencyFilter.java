@@ -16,6 +16,8 @@ import io.github.pgidempotency.IdempotencySettings;
 import io.github.pgidempotency.IncomingRequest;
 import io.github.pgidempotency.JdbcTransactionRunner;
 import io.github.pgidempotency.Problem;
+import io.github.pgidempotency.ProblemCode;
+import io.github.pgidempotency.RaisedError;
 import io.github.pgidempotency.Route;
 import io.github.pgidempotency.StoredResponse;
 import io.github.pgidempotency.TransactionRunner;
@@ -35,6 +37,15 @@ import jakarta.servlet.http.HttpServletResponse;
  * and committed, and only then written to the client. A handler on plain
  * JDBC takes the transaction's connection with {@link #connection(ServletRequest)}
  * (and must neither commit nor close it).
+ * <p>
+ * An exception that escapes the chain rolls the transaction back (500
+ * {@code internal-error}, or the mapping's answer for its SQLSTATE). A
+ * framework that answers an exception itself inside the chain (Spring MVC's
+ * exception resolvers) must say so with {@link #raised(ServletRequest,
+ * Throwable)}: the transaction is then rolled back too and the client gets
+ * the response the framework resolved, unless the settings mark the error
+ * {@linkplain IdempotencySettings#isFinalError final} (completed with that
+ * response, and replayed).
  *
  * <pre>{@code
  * IdempotencyFilter filter = IdempotencyFilter.builder(dataSource)
@@ -46,6 +57,9 @@ import jakarta.servlet.http.HttpServletResponse;
 public final class IdempotencyFilter implements Filter {
 	/** The request attribute holding the transaction's {@link Connection}. */
 	public static final String CONNECTION_ATTRIBUTE = IdempotencyFilter.class.getName() + ".connection";
+
+	/** The request attribute holding the error the handler raised, set by {@link #raised}. */
+	public static final String RAISED_ATTRIBUTE = IdempotencyFilter.class.getName() + ".raised";
 
 	private final IdempotencyEngine engine;
 	private final RouteResolver routes;
@@ -95,6 +109,20 @@ public final class IdempotencyFilter implements Filter {
 		return (Connection) c;
 	}
 
+	/**
+	 * Records that the handler raised an error which the framework answers
+	 * itself inside the filter chain (its response is the one it writes).
+	 * Call it from the framework's exception handling; the Spring Boot
+	 * starter does it for every exception Spring MVC resolves. Outside an
+	 * idempotent request it does nothing that matters.
+	 *
+	 * @param request the request
+	 * @param error what the handler raised
+	 */
+	public static void raised(ServletRequest request, Throwable error) {
+		request.setAttribute(RAISED_ATTRIBUTE, java.util.Objects.requireNonNull(error));
+	}
+
 	@Override
 	public void doFilter(ServletRequest req, ServletResponse res, FilterChain chain)
 		throws IOException, ServletException {
@@ -107,7 +135,14 @@ public final class IdempotencyFilter implements Filter {
 			chain.doFilter(req, res);
 			return;
 		}
-		byte[] body = request.getInputStream().readAllBytes();
+		long limit = engine.settings().maxRequestBody();
+		byte[] body = request.getContentLengthLong() > limit ? null : readAtMost(request, limit);
+		if (body == null) {
+			// before anything is reserved, and without reading it whole
+			write(new IdempotencyResult.Refused(engine.settings().mapping().problem(ProblemCode.PAYLOAD_TOO_LARGE,
+				null, engine.settings().retryAfterSeconds()), null), response, null);
+			return;
+		}
 		CachedBodyRequest wrapped = new CachedBodyRequest(request, body);
 		IncomingRequest incoming = new IncomingRequest(request.getMethod(), request.getRequestURI(),
 			Collections.list(request.getHeaders(IdempotencyKeys.HEADER)), request.getContentType(), body);
@@ -117,16 +152,28 @@ public final class IdempotencyFilter implements Filter {
 			buffered[0] = b;
 			if (connection != null)
 				wrapped.setAttribute(CONNECTION_ATTRIBUTE, connection);
+			wrapped.removeAttribute(RAISED_ATTRIBUTE);
+			Object raised;
 			try {
 				chain.doFilter(wrapped, b);
 			} finally {
 				wrapped.removeAttribute(CONNECTION_ATTRIBUTE);
+				raised = wrapped.getAttribute(RAISED_ATTRIBUTE);
+				wrapped.removeAttribute(RAISED_ATTRIBUTE);
 			}
 			if (wrapped.isAsyncStarted())
 				throw new IllegalStateException("an idempotent handler cannot be asynchronous");
+			if (raised instanceof Throwable error)
+				throw new RaisedError(error, b.capture());
 			return b.capture();
 		});
 		write(result, response, buffered[0]);
+	}
+
+	/** The body, or null where it is over the limit. */
+	private static byte[] readAtMost(HttpServletRequest request, long limit) throws IOException {
+		byte[] body = request.getInputStream().readNBytes((int) Math.min(limit + 1, Integer.MAX_VALUE - 8));
+		return body.length > limit ? null : body;
 	}
 
 	/** Sends the result; the transaction has ended. */

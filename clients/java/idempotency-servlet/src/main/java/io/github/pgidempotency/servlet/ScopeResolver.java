@@ -6,7 +6,9 @@ import jakarta.servlet.http.HttpServletRequest;
  * The scope of a request: its authenticated principal (a user id, an
  * account, an API client), never a value of a header the client chooses.
  * There is no default; {@code null} (or an empty string) answers 401
- * {@code unauthenticated}.
+ * {@code unauthenticated}. Return {@code null} for a missing or bad
+ * credential: a resolver that throws is a failure of the service, answered
+ * 500 {@code internal-error}.
  */
 @FunctionalInterface
 public interface ScopeResolver {

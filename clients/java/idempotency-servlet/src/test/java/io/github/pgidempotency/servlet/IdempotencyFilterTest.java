@@ -23,6 +23,7 @@ import java.util.UUID;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
+import io.github.pgidempotency.IdempotencySettings;
 import io.github.pgidempotency.Route;
 import jakarta.servlet.ServletException;
 import jakarta.servlet.http.HttpServlet;
@@ -52,6 +53,16 @@ class IdempotencyFilterTest {
 	static final HttpClient CLIENT = HttpClient.newHttpClient();
 
 	String key;
+
+	/** An error the application answers 402 itself. */
+	static class Declined extends RuntimeException {
+		private static final long serialVersionUID = 1L;
+	}
+
+	/** One the filter's settings mark final. */
+	static final class FinalDeclined extends Declined {
+		private static final long serialVersionUID = 1L;
+	}
 
 	/** The application: plain JDBC on the filter's connection. */
 	static final class App extends HttpServlet {
@@ -93,6 +104,23 @@ class IdempotencyFilterTest {
 					resp.setStatus(402);
 					resp.setContentType("application/problem+json");
 					resp.getWriter().write("{\"code\": \"card-declined\"}");
+				}
+				case "/raised", "/raised-final" -> {
+					// a framework that answers an exception itself says so
+					IdempotencyFilter.raised(req, path.equals("/raised") ? new Declined() : new FinalDeclined());
+					resp.setStatus(402);
+					resp.setContentType("application/problem+json");
+					resp.getWriter().write("{\"code\": \"card-declined\", \"payment\": " + id + "}");
+				}
+				// client text in a Location; a Content-Type Tomcat would write as '?'
+				case "/unsendable" -> {
+					resp.setStatus(201);
+					resp.setHeader("Location", "/payments/" + body);
+				}
+				case "/unsendable-euro" -> {
+					resp.setStatus(201);
+					resp.setContentType("text/plain; note=\u20ac");
+					resp.getWriter().write("ok");
 				}
 				case "/unavailable" -> resp.sendError(503, "try later");
 				case "/text" -> {
@@ -139,10 +167,15 @@ class IdempotencyFilterTest {
 				.add("POST", "/optional", Route.named("optional").withKeyRequired(false))
 				.add("POST", "/fail", Route.defaults())
 				.add("POST", "/declined", Route.defaults())
+				.add("POST", "/raised", Route.defaults())
+				.add("POST", "/unsendable", Route.defaults())
+				.add("POST", "/unsendable-euro", Route.defaults())
+				.add("POST", "/raised-final", Route.defaults())
 				.add("POST", "/unavailable", Route.defaults())
 				.add("POST", "/text", Route.defaults())
 				.add("POST", "/slow", Route.defaults())
 				.build())
+			.settings(IdempotencySettings.builder().finalErrors(FinalDeclined.class).build())
 			.build();
 
 		tomcat = new Tomcat();
@@ -307,6 +340,94 @@ class IdempotencyFilterTest {
 		assertEquals("true", r.headers().firstValue("Idempotent-Replayed").orElse(null));
 		assertEquals("{\"code\": \"card-declined\"}", r.body());
 		assertEquals(1, effects());
+	}
+
+	@Test
+	void raisedErrorIsRolledBackWhateverItsStatus() throws Exception {
+		for (int attempt = 0; attempt < 2; attempt++) {
+			HttpResponse<String> r = pay("/raised", BODY, "token-a");
+			assertEquals(402, r.statusCode());
+			assertFalse(r.headers().firstValue("Idempotent-Replayed").isPresent());
+			assertTrue(r.body().contains("\"card-declined\""), r.body());
+			assertEquals(0, effects());
+			assertEquals(0, records());
+		}
+	}
+
+	@Test
+	void finalRaisedErrorIsCompletedAndReplayed() throws Exception {
+		HttpResponse<String> first = pay("/raised-final", BODY, "token-a");
+		assertEquals(402, first.statusCode());
+		HttpResponse<String> r = pay("/raised-final", BODY, "token-a");
+		assertEquals(402, r.statusCode());
+		assertEquals("true", r.headers().firstValue("Idempotent-Replayed").orElse(null));
+		assertEquals(first.body(), r.body());
+		assertEquals(1, effects());
+		assertEquals(1, records());
+	}
+
+	/** doc/clients.md, "Only what can be sent is committed", through a real server. */
+	@ParameterizedTest
+	@CsvSource({"/unsendable, '1\r\nSet-Cookie: a=b'", "/unsendable, 1\u20ac", "/unsendable-euro, ok"})
+	void onlyWhatCanBeSentIsCommitted(String path, String body) throws Exception {
+		for (int attempt = 1; attempt <= 2; attempt++) {
+			HttpResponse<String> r = pay(path, body, "token-a");
+			assertEquals(500, r.statusCode(), r.body());
+			assertTrue(r.body().contains("\"code\":\"internal-error\""), r.body());
+			assertFalse(r.headers().firstValue("Set-Cookie").isPresent());
+			assertFalse(r.headers().firstValue("Location").isPresent());
+			assertEquals(0, effects());
+			assertEquals(0, records());
+		}
+	}
+
+	static void update(String response, String key) throws SQLException {
+		try (Connection c = pool.getConnection();
+			PreparedStatement st = c.prepareStatement("UPDATE idem_keys SET response = ?::jsonb WHERE key = ?")) {
+			st.setString(1, response);
+			st.setString(2, key);
+			assertEquals(1, st.executeUpdate());
+		}
+	}
+
+	/** A record rewritten by SQL: only the allow-list, never framing headers, through a real server. */
+	@Test
+	void replayAppliesTheAllowListAndNeverFramingHeaders() throws Exception {
+		assertEquals(201, pay("/payments", BODY, "token-a").statusCode());
+		update("{\"v\": 1, \"headers\": {\"content-type\": \"application/json\", \"location\": \"/p/1\", "
+			+ "\"set-cookie\": \"a=b\", \"content-length\": \"99\", \"transfer-encoding\": \"chunked\", "
+			+ "\"connection\": \"close\", \"x-request-id\": \"s\"}, \"body\": {\"id\": 1}}", key);
+		HttpResponse<String> r = pay("/payments", BODY, "token-a");
+		assertEquals(201, r.statusCode());
+		assertEquals("true", r.headers().firstValue("Idempotent-Replayed").orElse(null));
+		assertEquals("{\"id\": 1}", r.body());
+		assertEquals("/p/1", r.headers().firstValue("Location").orElse(null));
+		assertEquals(String.valueOf(r.body().length()), r.headers().firstValue("Content-Length").orElse(null));
+		for (String h : new String[] {"Set-Cookie", "Transfer-Encoding", "X-Request-Id"})
+			assertFalse(r.headers().firstValue(h).isPresent(), h);
+		update("{\"v\": 1, \"body_base64\": \"b2s\"}", key);
+		r = pay("/payments", BODY, "token-a");
+		assertEquals(500, r.statusCode());
+		assertTrue(r.body().contains("\"code\":\"unsupported-envelope\""), r.body());
+		assertEquals(1, effects());
+	}
+
+	/** The default 1 MiB request body limit: 413 before anything is reserved, with or without Content-Length. */
+	@Test
+	void bodyOverTheLimitIs413() throws Exception {
+		byte[] over = new byte[1024 * 1024 + 1];
+		java.util.Arrays.fill(over, (byte) 'x');
+		for (HttpRequest.BodyPublisher body : new HttpRequest.BodyPublisher[] {
+			HttpRequest.BodyPublishers.ofByteArray(over),
+			HttpRequest.BodyPublishers.ofInputStream(() -> new java.io.ByteArrayInputStream(over))}) {
+			HttpResponse<String> r = CLIENT.send(HttpRequest.newBuilder(URI.create(base + "/payments"))
+				.header("Content-Type", "application/octet-stream").header("Idempotency-Key", key)
+				.header("Authorization", "Bearer token-a").POST(body).build(), HttpResponse.BodyHandlers.ofString());
+			assertEquals(413, r.statusCode(), r.body());
+			assertTrue(r.body().contains("\"code\":\"payload-too-large\""), r.body());
+		}
+		assertEquals(0, effects());
+		assertEquals(0, records());
 	}
 
 	@Test

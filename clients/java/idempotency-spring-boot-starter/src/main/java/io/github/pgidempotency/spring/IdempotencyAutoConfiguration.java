@@ -46,15 +46,32 @@ public class IdempotencyAutoConfiguration {
 	}
 
 	/**
-	 * The settings, from the {@code idempotency.*} properties.
+	 * The settings, from the {@code idempotency.*} properties and the
+	 * {@link IdempotencySettingsCustomizer} beans.
 	 *
 	 * @param properties the properties
+	 * @param customizers the customizers, applied in order
 	 * @return the settings
 	 */
 	@Bean
 	@ConditionalOnMissingBean
-	public IdempotencySettings idempotencySettings(IdempotencyProperties properties) {
-		return properties.toSettings();
+	public IdempotencySettings idempotencySettings(IdempotencyProperties properties,
+		ObjectProvider<IdempotencySettingsCustomizer> customizers) {
+		IdempotencySettings.Builder settings = properties.toSettingsBuilder();
+		customizers.orderedStream().forEach(c -> c.customize(settings));
+		return settings.build();
+	}
+
+	/**
+	 * Tells the filter which requests' handlers raised, whatever status
+	 * Spring MVC resolves their exception to.
+	 *
+	 * @return the exception resolver (it resolves nothing)
+	 */
+	@Bean
+	@ConditionalOnMissingBean
+	public RaisedErrorRecorder idempotencyRaisedErrorRecorder() {
+		return new RaisedErrorRecorder();
 	}
 
 	/**

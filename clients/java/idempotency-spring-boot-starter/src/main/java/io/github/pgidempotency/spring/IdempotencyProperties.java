@@ -11,6 +11,8 @@ import io.github.pgidempotency.ProblemCode;
 import io.github.pgidempotency.ProblemMapping;
 import io.github.pgidempotency.StatusSet;
 import org.springframework.boot.context.properties.ConfigurationProperties;
+import org.springframework.util.ClassUtils;
+import org.springframework.util.unit.DataSize;
 
 /**
  * The {@code idempotency.*} properties: doc/clients.md's settings.
@@ -20,6 +22,7 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
  * idempotency.replay-headers=content-type,location,etag
  * idempotency.retryable-statuses=5xx,408,429
  * idempotency.retry-after=2
+ * idempotency.final-errors=com.example.CardDeclinedException
  * idempotency.mapping.in-progress.status=429
  * idempotency.sql-states.57014=retry
  * </pre>
@@ -40,6 +43,26 @@ public class IdempotencyProperties {
 
 	/** Handler statuses that roll back instead of completing: codes and classes (5xx). */
 	private List<String> retryableStatuses = new ArrayList<>(List.of("5xx", "408", "429"));
+
+	/**
+	 * Raised exceptions that are completed with the status and body Spring MVC
+	 * resolved them to, instead of rolled back: fully qualified class names
+	 * (an instance of one, subclasses included, is final).
+	 */
+	private List<String> finalErrors = new ArrayList<>();
+
+	/**
+	 * How long the key's transaction may run: past it its connection is ended
+	 * (the server rolls back and frees the key) and the answer is 503
+	 * time-limit; unset: no limit.
+	 */
+	private Duration timeLimit;
+
+	/** The largest request body an idempotent route takes (over it: 413 payload-too-large). */
+	private DataSize maxRequestBody = DataSize.ofMegabytes(1);
+
+	/** The largest response stored, as its envelope (over it: rolled back, 500); unset: no limit. */
+	private DataSize maxStoredResponse;
 
 	/** The Retry-After seconds of the cases that have one. */
 	private int retryAfter = 1;
@@ -92,6 +115,16 @@ public class IdempotencyProperties {
 	 * @throws IllegalArgumentException for a bad value
 	 */
 	public IdempotencySettings toSettings() {
+		return toSettingsBuilder().build();
+	}
+
+	/**
+	 * A builder holding the settings these properties describe.
+	 *
+	 * @return the builder
+	 * @throws IllegalArgumentException for a bad value
+	 */
+	public IdempotencySettings.Builder toSettingsBuilder() {
 		ProblemMapping.Builder m = ProblemMapping.defaults().toBuilder();
 		ProblemMapping defaults = ProblemMapping.defaults();
 		mapping.forEach((code, row) -> {
@@ -108,7 +141,27 @@ public class IdempotencyProperties {
 			.retryableStatuses(StatusSet.parse(retryableStatuses))
 			.retryAfterSeconds(retryAfter)
 			.mapping(m.build())
-			.build();
+			.finalErrors(errorTypes(finalErrors))
+			.timeLimit(timeLimit)
+			.maxRequestBody(maxRequestBody.toBytes())
+			.maxStoredResponse(maxStoredResponse == null ? Long.MAX_VALUE : maxStoredResponse.toBytes());
+	}
+
+	/** The classes of idempotency.final-errors. */
+	static List<Class<? extends Throwable>> errorTypes(List<String> names) {
+		List<Class<? extends Throwable>> types = new ArrayList<>();
+		for (String name : names) {
+			Class<?> type;
+			try {
+				type = ClassUtils.forName(name.trim(), null);
+			} catch (ClassNotFoundException | LinkageError e) {
+				throw new IllegalArgumentException("idempotency.final-errors: no class " + name.trim(), e);
+			}
+			if (!Throwable.class.isAssignableFrom(type))
+				throw new IllegalArgumentException("idempotency.final-errors: " + name.trim() + " is not an exception");
+			types.add(type.asSubclass(Throwable.class));
+		}
+		return types;
 	}
 
 	/** @return whether the auto-configuration is on */
@@ -159,6 +212,46 @@ public class IdempotencyProperties {
 	/** @param retryableStatuses the retryable statuses */
 	public void setRetryableStatuses(List<String> retryableStatuses) {
 		this.retryableStatuses = retryableStatuses;
+	}
+
+	/** @return the request body limit */
+	public DataSize getMaxRequestBody() {
+		return maxRequestBody;
+	}
+
+	/** @param maxRequestBody the request body limit */
+	public void setMaxRequestBody(DataSize maxRequestBody) {
+		this.maxRequestBody = maxRequestBody;
+	}
+
+	/** @return the stored-response limit, or null */
+	public DataSize getMaxStoredResponse() {
+		return maxStoredResponse;
+	}
+
+	/** @param maxStoredResponse the stored-response limit */
+	public void setMaxStoredResponse(DataSize maxStoredResponse) {
+		this.maxStoredResponse = maxStoredResponse;
+	}
+
+	/** @return the time limit, or null */
+	public Duration getTimeLimit() {
+		return timeLimit;
+	}
+
+	/** @param timeLimit the time limit */
+	public void setTimeLimit(Duration timeLimit) {
+		this.timeLimit = timeLimit;
+	}
+
+	/** @return the final errors' class names */
+	public List<String> getFinalErrors() {
+		return finalErrors;
+	}
+
+	/** @param finalErrors the final errors' class names */
+	public void setFinalErrors(List<String> finalErrors) {
+		this.finalErrors = finalErrors;
 	}
 
 	/** @return the Retry-After seconds */

@@ -9,6 +9,7 @@ import io.github.pgidempotency.TransactionRunner;
 import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.jdbc.datasource.DataSourceUtils;
 import org.springframework.transaction.PlatformTransactionManager;
+import org.springframework.transaction.TransactionSystemException;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 import org.springframework.transaction.support.TransactionTemplate;
 
@@ -45,7 +46,18 @@ public final class SpringTransactionRunner implements TransactionRunner {
 			return template.execute(status -> {
 				Connection c = DataSourceUtils.getConnection(dataSource);
 				try {
-					return work.run(c, status::setRollbackOnly);
+					return work.run(c, new Control() {
+						@Override
+						public void setRollbackOnly() {
+							status.setRollbackOnly();
+						}
+
+						@Override
+						public boolean isRollbackOnly() {
+							// a joined @Transactional method that threw marks it too
+							return status.isRollbackOnly();
+						}
+					});
 				} catch (RuntimeException e) {
 					throw e;
 				} catch (Exception e) {
@@ -56,6 +68,18 @@ public final class SpringTransactionRunner implements TransactionRunner {
 			});
 		} catch (Checked e) {
 			throw (Exception) e.getCause();
+		} catch (TransactionSystemException e) {
+			// the rollback after the work's error failed too (the connection
+			// was lost): the work's error is the one that says what happened
+			Throwable raised = e.getApplicationException();
+			if (raised == null)
+				throw e;
+			if (raised instanceof Checked)
+				raised = raised.getCause();
+			raised.addSuppressed(e);
+			if (raised instanceof Exception ex)
+				throw ex;
+			throw (Error) raised;
 		}
 	}
 

@@ -110,6 +110,36 @@ class IdempotencyAutoConfigurationTest {
 				.hasStackTraceContaining("is version 0.1.0, older than 0.2.0"));
 	}
 
+	@Configuration
+	static class FinalByPredicate {
+		@Bean
+		IdempotencySettingsCustomizer finalIllegalState() {
+			return settings -> settings.finalErrors(e -> e instanceof IllegalStateException);
+		}
+	}
+
+	@Test
+	void finalErrorsFromThePropertyAndCustomizers() {
+		runner.withUserConfiguration(WithScope.class, FinalByPredicate.class)
+			.withPropertyValues("idempotency.final-errors=java.lang.IllegalArgumentException")
+			.run(ctx -> {
+				assertThat(ctx).hasNotFailed();
+				assertThat(ctx).hasSingleBean(RaisedErrorRecorder.class);
+				IdempotencySettings s = ctx.getBean(IdempotencySettings.class);
+				assertThat(s.isFinalError(new NumberFormatException())).isTrue();
+				assertThat(s.isFinalError(new IllegalStateException())).isTrue();
+				assertThat(s.isFinalError(new RuntimeException())).isFalse();
+			});
+		runner.withUserConfiguration(WithScope.class)
+			.withPropertyValues("idempotency.final-errors=com.example.NoSuchException")
+			.run(ctx -> assertThat(ctx).hasFailed().getFailure()
+				.hasStackTraceContaining("idempotency.final-errors: no class com.example.NoSuchException"));
+		runner.withUserConfiguration(WithScope.class)
+			.withPropertyValues("idempotency.final-errors=java.lang.String")
+			.run(ctx -> assertThat(ctx).hasFailed().getFailure()
+				.hasStackTraceContaining("java.lang.String is not an exception"));
+	}
+
 	@Test
 	void disabled() {
 		runner.withUserConfiguration(WithScope.class).withPropertyValues("idempotency.enabled=false")

@@ -193,6 +193,19 @@ class IdempotentMockMvcTest {
 	}
 
 	@Test
+	void connectionLostBeforeCommitIs503Unavailable() throws Exception {
+		for (int attempt = 0; attempt < 2; attempt++)
+			mvc.perform(pay("/payments/terminated", BODY, "token-a"))
+				.andExpect(status().isServiceUnavailable())
+				.andExpect(header().string("Retry-After", "1"))
+				.andExpect(jsonPath("$.code").value("unavailable"));
+		assertEquals(0, effects());
+		assertEquals(0, records());
+		// and the pool serves the next request
+		mvc.perform(pay("/payments", BODY, "token-a")).andExpect(status().isCreated());
+	}
+
+	@Test
 	void retryableStatusRollsBack() throws Exception {
 		mvc.perform(pay("/payments/unavailable", BODY, "token-a"))
 			.andExpect(status().isServiceUnavailable()).andExpect(content().string("later"));
@@ -210,6 +223,44 @@ class IdempotentMockMvcTest {
 			.andExpect(header().string("Idempotent-Replayed", "true"))
 			.andExpect(content().contentType("application/problem+json"))
 			.andExpect(jsonPath("$.code").value("card-declined"));
+		assertEquals(1, effects());
+	}
+
+	/** doc/clients.md, "Only what can be sent is committed": rolled back, 500, and the retry runs again. */
+	@ParameterizedTest
+	@ValueSource(strings = {"crlf", "euro-content-type", "header-name", "nul-body", "surrogate-body"})
+	void onlyWhatCanBeSentIsCommitted(String what) throws Exception {
+		for (int attempt = 1; attempt <= 2; attempt++) {
+			mvc.perform(pay("/unsendable/" + what, "x\r\nSet-Cookie: a=b", "token-a"))
+				.andExpect(status().isInternalServerError())
+				.andExpect(content().contentType("application/problem+json"))
+				.andExpect(jsonPath("$.code").value("internal-error"))
+				.andExpect(header().doesNotExist("Set-Cookie"))
+				.andExpect(header().doesNotExist("Location"));
+			assertEquals(0, effects());
+			assertEquals(0, records());
+		}
+	}
+
+	/** A record rewritten by SQL: the allow-list applies at replay; an unreadable one is 500. */
+	@Test
+	void replayOnlyWhatIsAllowed() throws Exception {
+		mvc.perform(pay("/payments", BODY, "token-a")).andExpect(status().isCreated());
+		jdbc.update("UPDATE idem_keys SET response = ?::jsonb WHERE key = ?", "{\"v\": 1, \"headers\": "
+			+ "{\"content-type\": \"application/json\", \"set-cookie\": \"a=b\", \"transfer-encoding\": \"chunked\", "
+			+ "\"content-length\": \"99\", \"x-internal\": \"secret\"}, \"body\": {\"id\": 1}}", key);
+		mvc.perform(pay("/payments", BODY, "token-a"))
+			.andExpect(status().isCreated())
+			.andExpect(header().string("Idempotent-Replayed", "true"))
+			.andExpect(header().doesNotExist("Set-Cookie"))
+			.andExpect(header().doesNotExist("Transfer-Encoding"))
+			.andExpect(header().doesNotExist("X-Internal"))
+			.andExpect(header().string("Content-Length", "9"))
+			.andExpect(content().string("{\"id\": 1}"));
+		jdbc.update("UPDATE idem_keys SET response = '{\"v\": \"1\", \"body\": {}}' WHERE key = ?", key);
+		mvc.perform(pay("/payments", BODY, "token-a"))
+			.andExpect(status().isInternalServerError())
+			.andExpect(jsonPath("$.code").value("unsupported-envelope"));
 		assertEquals(1, effects());
 	}
 

@@ -54,6 +54,25 @@ public class PaymentController {
 		return ResponseEntity.ok("unreachable");
 	}
 
+	/** A handler that hangs after its INSERT. */
+	@PostMapping("/payments/hung")
+	@Idempotent
+	ResponseEntity<String> hung(@RequestHeader("Idempotency-Key") String key, @RequestBody String body)
+		throws InterruptedException {
+		service.insert(key, body);
+		Thread.sleep(2500);
+		return ResponseEntity.ok("late");
+	}
+
+	/** The database ends the session before COMMIT, as a restart would. */
+	@PostMapping("/payments/terminated")
+	@Idempotent
+	ResponseEntity<String> terminated(@RequestHeader("Idempotency-Key") String key, @RequestBody String body) {
+		service.insert(key, body);
+		jdbc.queryForObject("SELECT pg_terminate_backend(pg_backend_pid())", Boolean.class);
+		return ResponseEntity.ok("unreachable");
+	}
+
 	@PostMapping("/payments/unavailable")
 	@Idempotent
 	ResponseEntity<String> unavailable(@RequestHeader("Idempotency-Key") String key, @RequestBody String body) {
@@ -68,6 +87,32 @@ public class PaymentController {
 		service.insert(key, body);
 		return ResponseEntity.status(HttpStatus.PAYMENT_REQUIRED).contentType(MediaType.APPLICATION_PROBLEM_JSON)
 			.body(Map.of("code", "card-declined"));
+	}
+
+	/** Answers a server would not write unchanged, or jsonb could not store unchanged. */
+	@PostMapping("/unsendable/{what}")
+	@Idempotent
+	void unsendable(@RequestHeader("Idempotency-Key") String key, @PathVariable String what,
+		@RequestBody String body, jakarta.servlet.http.HttpServletResponse response) throws java.io.IOException {
+		service.insert(key, body);
+		response.setStatus(201);
+		response.setContentType("application/json");
+		switch (what) {
+			// client text in a Location
+			case "crlf" -> response.setHeader("Location", "/payments/" + body);
+			case "euro-content-type" -> response.setContentType("text/plain; charset=\u20ac");
+			case "header-name" -> response.setHeader("X Bad", "1");
+			case "nul-body" -> {
+				response.getWriter().write("{\"note\": \"a\\u0000b\"}");
+				return;
+			}
+			case "surrogate-body" -> {
+				response.getWriter().write("{\"note\": \"\\ud800\"}");
+				return;
+			}
+			default -> throw new IllegalArgumentException(what);
+		}
+		response.getWriter().write("{}");
 	}
 
 	@PostMapping("/subset")

@@ -22,6 +22,16 @@ public class PaymentService {
 			key, body);
 	}
 
+	/** Inserts, then declines: a 402 (a final error where {@code asFinal}) from a joined transaction. */
+	@Transactional
+	public long insertAndDecline(String key, String body, boolean asFinal) {
+		insert(key, body);
+		if (asFinal)
+			throw new RaisingController.FinalRefused(0);
+		throw new org.springframework.web.server.ResponseStatusException(
+			org.springframework.http.HttpStatus.PAYMENT_REQUIRED, "declined");
+	}
+
 	@Transactional
 	public long insertAndFail(String key, String body) {
 		insert(key, body);

@@ -3,6 +3,7 @@ package io.github.pgidempotency.spring.app;
 import java.util.Map;
 
 import io.github.pgidempotency.servlet.ScopeResolver;
+import io.github.pgidempotency.spring.IdempotencySettingsCustomizer;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
 import org.springframework.context.annotation.Bean;
 
@@ -10,6 +11,12 @@ import org.springframework.context.annotation.Bean;
 @SpringBootApplication
 public class TestApplication {
 	static final Map<String, String> TOKENS = Map.of("token-a", "acct-a", "token-b", "acct-b");
+
+	/** A final error by a predicate, in code. */
+	@Bean
+	IdempotencySettingsCustomizer finalAnnotated() {
+		return settings -> settings.finalErrors(e -> e instanceof RaisingController.FinalAnnotated);
+	}
 
 	/** The account of the bearer token. */
 	@Bean
