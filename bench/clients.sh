@@ -22,7 +22,22 @@
 #
 # Environment: BENCH_SECONDS (per wrk run, default 5), BENCH_ROUNDS
 # (default 5), BENCH_CONNECTIONS (default 4), BENCH_LANGS (default
-# "python node go java"), IDEM_PG_CONFIG as for test/run.sh.
+# "python node go java"), IDEM_PG_CONFIG as for test/run.sh.  It takes no
+# argument but --help; it waits for a test run on the same server
+# installation to end (and says so), and needs the toolchains of
+# test/toolchains.sh (Node.js 20 is installed into the cache if missing).
+
+case "${1:-}" in
+	-h | --help)
+		sed -n '2,/^$/s/^# \{0,1\}//p' "$0"
+		exit 0
+		;;
+	"" | --measure) ;;
+	*)
+		echo "bench/clients.sh: unknown argument \"$1\" (it takes none; --help says what it does)" >&2
+		exit 2
+		;;
+esac
 
 BENCH_SECONDS=${BENCH_SECONDS:-5}
 BENCH_ROUNDS=${BENCH_ROUNDS:-5}
@@ -36,6 +51,8 @@ if [ "${1:-}" != --measure ]; then
 	command -v npm >/dev/null || IDEM_PACKAGES+=(npm)
 	command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || IDEM_PACKAGES+=(golang-go)
 	idem_setup "max_wal_size = '4GB'" "checkpoint_timeout = '30min'" "shared_buffers = '512MB'"
+	source "$(dirname "$0")/../test/toolchains.sh"
+	idem_toolchains
 	as_test_user createdb "$BDB"
 	as_test_user psql -X -q -v ON_ERROR_STOP=1 -d "$BDB" -c 'CREATE EXTENSION idempotency' \
 		-f "$IDEM_SRC/clients/demo/schema.sql" >/dev/null

@@ -172,7 +172,10 @@ idem_setup() {
 	lock=/tmp/idempotency-run.$(printf '%s' "$PG_CONFIG" | md5sum | cut -c1-12).lock
 	exec 9>>"$lock"
 	chmod 666 "$lock" 2>/dev/null || true
-	flock 9
+	if ! flock -n 9; then
+		echo "== waiting for another run on $PG_CONFIG to end (lock $lock)"
+		flock 9
+	fi
 	idem_install_packages "${IDEM_PACKAGES[@]}"
 	idem_build_install
 	idem_make_work

@@ -66,6 +66,8 @@ command -v npm >/dev/null || IDEM_PACKAGES+=(npm)
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || IDEM_PACKAGES+=(golang-go)
 # The postgres_exporter queries file's check (test/scripts/monitoring_queries.sh)
 IDEM_PACKAGES+=(python3-yaml)
+# The throwaway RabbitMQ node of the consumer tests (test/scripts/lib/rabbitmq.sh)
+IDEM_PACKAGES+=(rabbitmq-server)
 
 # The worker stays paused on the suite's cluster: the SQL tests create expired
 # and overdue records on purpose and look at them.  The worker's own tests
@@ -217,6 +219,17 @@ case "$only" in
 		exit 2
 		;;
 esac
+
+# The client libraries' toolchains (test/toolchains.sh), checked before any
+# test runs where the scripts will need them
+if [ "$only" = all ] || [ "$only" = scripts ] || [ "$only" = clients ]; then
+	source "$(dirname "$0")/toolchains.sh"
+	echo "== toolchains ($(date -u '+%H:%M:%S'))"
+	if ! idem_toolchains; then
+		echo "== a toolchain the client libraries need is missing (above); nothing was run" >&2
+		exit 1
+	fi
+fi
 
 # As packagers run it: the library is not preloaded, and the tests that
 # need it skip themselves

@@ -105,6 +105,14 @@ if [ -n "${released[$version]:-}" ]; then
 		ok "debian/changelog of release $version names a distribution"
 fi
 
+# The file names the docs tell a user to type are the ones this version's
+# build makes (the zip, its folder, the Debian package)
+named=$(grep -ohE 'idempotency-[0-9]+\.[0-9]+\.[0-9]+(\.zip|/)|idempotency_[0-9]+\.[0-9]+\.[0-9]+-[0-9]+_' \
+	README.md doc/*.md | sort -u || true)
+wrong=$(grep -vE "idempotency[-_]$version([-_/]|\.zip)" <<<"$named" || true)
+[ -n "$named" ] && [ -z "$wrong" ] && ok "the docs name this version's zip and package ($(echo $named))" ||
+	fail "the docs name files of another version: ${wrong:-none named at all}"
+
 [ -f LICENSE ] && grep -q 'The idempotency developers' LICENSE && ok "LICENSE names the copyright holder" ||
 	fail "no LICENSE naming the idempotency developers"
 
