@@ -120,3 +120,20 @@ func TestCall(t *testing.T) {
 		}
 	})
 }
+
+// TestMessageDocument: a message's request document follows the HTTP body
+// rule: the content type decides, and the bytes must parse
+func TestMessageDocument(t *testing.T) {
+	for _, c := range []struct{ contentType, body, want string }{
+		{"application/json", `{"b": 1, "a": [true]}`, `{"body":{"b":1,"a":[true]}}`},
+		{"application/vnd.order+json; charset=utf-8", `[1]`, `{"body":[1]}`},
+		{"application/json", `{"a":`, `{"body_base64":"eyJhIjo="}`},
+		{"text/plain", `{"a": 1}`, `{"body_base64":"eyJhIjogMX0="}`},
+		{"", `{"a": 1}`, `{"body_base64":"eyJhIjogMX0="}`},
+		{"application/json", ``, `{"body_base64":""}`},
+	} {
+		if got := string(MessageDocument(c.contentType, []byte(c.body))); got != c.want {
+			t.Errorf("MessageDocument(%q, %q) = %s, want %s", c.contentType, c.body, got, c.want)
+		}
+	}
+}

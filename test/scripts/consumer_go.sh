@@ -7,8 +7,10 @@
 # ACK, after the effect before COMMIT, and kill -9 by this script while a
 # handler runs; then consumers again until the queue is empty. Checks:
 # effects == records == the distinct messages, the queue empty with nothing
-# unacked, and a poison message (its handler always fails) dead-lettered
-# after the queue's delivery limit + 1 tries with no effect and no record.
+# unacked, a poison message (its handler always fails) dead-lettered
+# after the queue's delivery limit + 1 tries with no effect and no record,
+# and a message without an id and one reusing an id with another body
+# (mismatch) rejected into the dead-letter queue, logged.
 source test/scripts/lib/examples.sh
 source test/scripts/lib/rabbitmq.sh
 source test/scripts/lib/go_toolchain.sh
@@ -67,8 +69,19 @@ kill -9 "$PID_c"
 ended c; ex_check "killed in a handler" "$RC" 137
 ended d
 
-echo "== a poison message, and consumers until the queue is empty"
+echo "== a poison message, a message without an id, one with m001's id and another body; consumers until the queue is empty"
 publish poison-1
+"$venv/bin/python" - "$RMQ_URL" <<'PY'
+import sys, pika
+conn = pika.BlockingConnection(pika.URLParameters(sys.argv[1]))
+ch = conn.channel()
+ch.confirm_delivery()
+json = pika.BasicProperties(delivery_mode=2, content_type="application/json")
+ch.basic_publish("", "orders", b'{"id": "no-key"}', json, mandatory=True)
+json.message_id = "m001"
+ch.basic_publish("", "orders", b'{"id": "m001", "other": true}', json, mandatory=True)
+conn.close()
+PY
 for round in 1 2 3; do
 	consumer e --idle 2s
 	consumer f --idle 2s
@@ -77,8 +90,8 @@ for round in 1 2 3; do
 	[ "$(rmq_count orders messages)" = 0 ] && break
 done
 
-ex_check "the queues: orders empty, nothing unacked; the poison message dead-lettered" \
-	"$(rmq_wait_counts "orders 0 0 0" "orders.dead 1 1 0")" "orders 0 0 0; orders.dead 1 1 0"
+ex_check "the queues: orders empty, nothing unacked; poison, keyless and mismatch dead-lettered" \
+	"$(rmq_wait_counts "orders 0 0 0" "orders.dead 3 3 0")" "orders 0 0 0; orders.dead 3 3 0"
 ex_check "effects" "$(ex_value 'SELECT count(*) FROM consumer_effects')" 200
 ex_check "distinct messages in the effects" "$(ex_value 'SELECT count(DISTINCT message_id) FROM consumer_effects')" 200
 ex_check "records" "$(ex_value "SELECT count(*) FROM idem_keys WHERE operation = 'ship-orders' AND status = 'completed'")" 200
@@ -87,6 +100,8 @@ ex_check "the poison message's effects and record" \
 	"$(ex_value "SELECT (SELECT count(*) FROM consumer_effects WHERE message_id LIKE 'poison%') + (SELECT count(*) FROM idem_keys WHERE key LIKE 'poison%')")" 0
 ex_check "the poison message's tries (the delivery limit + 1)" \
 	"$(cat "$EX_TMP"/e.log "$EX_TMP"/f.log | grep -c 'the handler failed, requeued.*key=poison-1' || true)" $((LIMIT + 1))
-ex_check "deliveries rejected (no key, mismatch)" \
-	"$(cat "$EX_TMP"/*.log | grep -c 'rejected' || true)" 0
+ex_check "deliveries rejected without a key" \
+	"$(cat "$EX_TMP"/*.log | grep -c 'a message without a key, rejected' || true)" 1
+ex_check "deliveries rejected for a mismatch (m001)" \
+	"$(cat "$EX_TMP"/*.log | grep -c 'another message, rejected.*key=m001' || true)" 1
 ex_finish
