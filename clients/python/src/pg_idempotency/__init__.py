@@ -6,7 +6,7 @@ database transaction, on one connection.
 
 Core (psycopg 3): :class:`Idempotency` and :class:`AsyncIdempotency`; their
 ``run_under_key`` is the core runner, which every integration calls.
-Any function: :func:`idempotent_function`.
+Any function: :func:`idempotent_function`; Celery tasks: :mod:`pg_idempotency.celery`.
 Integrations: :mod:`pg_idempotency.django`, :mod:`pg_idempotency.fastapi`,
 :mod:`pg_idempotency.starlette`, :mod:`pg_idempotency.flask`.
 """
