@@ -6,6 +6,7 @@ database transaction, on one connection.
 
 Core (psycopg 3): :class:`Idempotency` and :class:`AsyncIdempotency`; their
 ``run_under_key`` is the core runner, which every integration calls.
+Any function: :func:`idempotent_function`; Celery tasks: :mod:`pg_idempotency.celery`.
 Integrations: :mod:`pg_idempotency.django`, :mod:`pg_idempotency.fastapi`,
 :mod:`pg_idempotency.starlette`, :mod:`pg_idempotency.flask`.
 """
@@ -15,6 +16,7 @@ from ._core_runner import Completion, Policy, Result
 from .core import COMPLETE_SQL, RESERVE_SQL, InProgressError, KeyOutcomeError, MismatchError, Plan, ProblemError, StuckError
 from .envelope import ENVELOPE_VERSION, UnsupportedEnvelope, build_envelope, read_envelope
 from .fingerprint import InvalidFingerprint, request_document
+from .functions import idempotent_function
 from .http import RequestData, ResponseData, UnsendableResponse
 from .keys import InvalidKey, parse_key
 from .mapping import DEFAULT_MAPPING, OUTCOME_CODES, PROBLEM_TYPE_BASE, SQLSTATE_CODES, Problem
@@ -63,6 +65,7 @@ __all__ = [
     "UnsupportedEnvelope",
     "__version__",
     "build_envelope",
+    "idempotent_function",
     "parse_key",
     "read_envelope",
     "request_document",
