@@ -39,7 +39,7 @@
 #   IDEM_ONLY=regress|isolation|scripts|clients|tap   run one group (regress
 #                       and isolation run on the stock and the preloaded
 #                       cluster; clients is the scripts that test the client
-#                       libraries: client_*, clients_*, pgbouncer)
+#                       libraries: client_*, clients_*, consumer_*, pgbouncer)
 #   IDEM_SCRIPTS=PATTERN   only the test/scripts/*.sh whose name (without .sh)
 #                       matches the extended regular expression PATTERN
 #   IDEM_KEEP=1         keep the temp directory (logs, diffs, results)
@@ -151,7 +151,7 @@ run_installcheck() {
 
 # The scripts that test the client libraries (IDEM_ONLY=clients)
 client_script() {
-	[[ $1 =~ ^(client_|clients_|pgbouncer$) ]]
+	[[ $1 =~ ^(client_|clients_|consumer_|pgbouncer$) ]]
 }
 
 # Run each test/scripts/*.sh against the running cluster (with
