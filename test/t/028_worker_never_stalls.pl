@@ -155,13 +155,15 @@ sub timed_command
 	diag($stderr) if $rc;
 	return ($rc, $timed_out, time - $t0);
 }
+# The slow reconciler's record is called again after its backoff (10 s,
+# then 20 s once its call was ended by the rename), hence the long wait
 for my $step ([ 'slow', 'ALTER DATABASE slow RENAME TO slow_renamed' ],
 	[ 'slow_renamed', 'DROP DATABASE slow_renamed' ])
 {
 	my ($db, $sql) = @$step;
 	ok( defined wait_for($node,
 			'postgres', qq{SELECT count(*) > 0 FROM pg_stat_activity
-WHERE backend_type = 'idempotency worker' AND datname = '$db'}, 15),
+WHERE backend_type = 'idempotency worker' AND datname = '$db'}, 60),
 		"a worker is in database $db, of the slow reconciler");
 	my ($rc, $timed_out, $took) = timed_command($sql);
 	is($rc, 0, "$sql succeeds");
